@@ -1,0 +1,77 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+// Targets are listed top to bottom as in docs/ARCHITECTURE.md: imports point down the list.
+// Heavy dependencies have one importer each: GRDB -> ServerStorage, Hummingbird -> SyncServer,
+// AsyncHTTPClient -> TestSupport (and later SyncClient), ArgumentParser -> the executables.
+let package = Package(
+    name: "ubiq",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "ubiq-server", targets: ["ubiq-server"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", exact: "7.10.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", exact: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", exact: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", exact: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-crypto.git", exact: "3.12.3"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+    ],
+    targets: [
+        .executableTarget(
+            name: "ubiq-server",
+            dependencies: [
+                "SyncServer", "ServerStorage", "ItemModel",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "SyncServer",
+            dependencies: [
+                "ServerStorage", "SyncAPI", "ItemModel",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "ServerStorage",
+            dependencies: [
+                "ItemModel",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ]
+        ),
+        .target(name: "SyncAPI", dependencies: ["ItemModel"]),
+        .target(name: "ItemModel"),
+        .target(
+            name: "TestSupport",
+            dependencies: [
+                "ServerStorage", "SyncAPI", "ItemModel",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(name: "ItemModelTests", dependencies: ["ItemModel", "SyncAPI"]),
+        .testTarget(name: "ServerStorageTests", dependencies: ["ServerStorage", "TestSupport", "ItemModel"]),
+        .testTarget(
+            name: "SyncServerTests",
+            dependencies: [
+                "TestSupport", "SyncAPI", "ItemModel",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+    ]
+)

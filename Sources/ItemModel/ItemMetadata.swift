@@ -1,0 +1,113 @@
+import Foundation
+
+/// Nanoseconds since 1970-01-01T00:00:00Z. POSIX keeps file times to the nanosecond, and a
+/// round trip through the server must not change them (`cp -p`, `touch -d`, `make`).
+public typealias Timestamp = Int64
+
+/// Everything the server knows about one item, except its content. The same value travels on
+/// the wire, sits in the server's metadata store and in the mount's local state.
+public struct ItemMetadata: Hashable, Sendable, Codable {
+    public var id: ItemID
+    /// nil for the container's root folder only.
+    public var parentID: ItemID?
+    /// The root folder's name is the empty string; every other name is a valid `ItemName`.
+    public var name: String
+    public var kind: ItemKind
+    public var revision: Revision
+    /// Content size in bytes; 0 for folders.
+    public var size: Int64
+    /// SHA-256 of the content; nil for folders.
+    public var digest: ContentDigest?
+    /// Permission bits (`chmod`), without the file type bits.
+    public var mode: UInt32
+    public var created: Timestamp
+    public var modified: Timestamp
+    /// Synced extended attributes (`user.*` except `user.ubiq.*`); values are raw bytes,
+    /// base64 on the wire.
+    public var xattrs: [String: Data]
+    /// A tombstone: the item was deleted at `revision`. Only the change log shows tombstones.
+    public var deleted: Bool
+
+    public init(
+        id: ItemID, parentID: ItemID?, name: String, kind: ItemKind, revision: Revision,
+        size: Int64, digest: ContentDigest?, mode: UInt32, created: Timestamp, modified: Timestamp,
+        xattrs: [String: Data] = [:], deleted: Bool = false
+    ) {
+        self.id = id
+        self.parentID = parentID
+        self.name = name
+        self.kind = kind
+        self.revision = revision
+        self.size = size
+        self.digest = digest
+        self.mode = mode
+        self.created = created
+        self.modified = modified
+        self.xattrs = xattrs
+        self.deleted = deleted
+    }
+
+    /// Default permission bits for new items when the creator does not say.
+    public static func defaultMode(for kind: ItemKind) -> UInt32 { kind == .folder ? 0o755 : 0o644 }
+}
+
+/// One entry of a container's change log: the state of an item as of `cursor`.
+public struct ItemChange: Hashable, Sendable, Codable {
+    public enum Kind: String, Sendable, Codable, Hashable {
+        /// The item was created or changed; `item` is its new state.
+        case upsert
+        /// The item was deleted; `item` is its tombstone.
+        case delete
+    }
+
+    public var cursor: ChangeCursor
+    public var kind: Kind
+    public var item: ItemMetadata
+
+    public init(cursor: ChangeCursor, kind: Kind, item: ItemMetadata) {
+        self.cursor = cursor
+        self.kind = kind
+        self.item = item
+    }
+}
+
+/// The rules for synced extended attributes, shared by the server and the mount.
+public enum SyncedXattr {
+    /// The status attributes are computed per device and never synced (SPEC, "Extended attributes").
+    public static let statusPrefix = "user.ubiq."
+    public static let maxNameBytes = 255
+    /// 64 KiB: the largest value Linux accepts for one attribute (XATTR_SIZE_MAX).
+    public static let maxValueBytes = 65_536
+    /// 256 KiB in all per item, so that metadata stays small enough to list 10,000 items fast.
+    public static let maxTotalBytes = 262_144
+
+    public enum Invalid: Error, Equatable, Sendable, CustomStringConvertible {
+        case notUserNamespace(String)
+        case statusAttribute(String)
+        case nameTooLong(String)
+        case valueTooLarge(String)
+        case tooLargeInTotal
+
+        public var description: String {
+            switch self {
+            case .notUserNamespace(let n): "'\(n)' is not a user.* attribute"
+            case .statusAttribute(let n): "'\(n)' is a status attribute and is not synced"
+            case .nameTooLong(let n): "attribute name '\(n.prefix(40))…' is longer than \(SyncedXattr.maxNameBytes) bytes"
+            case .valueTooLarge(let n): "the value of '\(n)' is larger than \(SyncedXattr.maxValueBytes) bytes"
+            case .tooLargeInTotal: "the item's attributes are larger than \(SyncedXattr.maxTotalBytes) bytes in all"
+            }
+        }
+    }
+
+    public static func validate(_ xattrs: [String: Data]) throws(Invalid) {
+        var total = 0
+        for (name, value) in xattrs {
+            guard name.hasPrefix("user."), name.utf8.count > 5 else { throw .notUserNamespace(name) }
+            if name.hasPrefix(statusPrefix) { throw .statusAttribute(name) }
+            if name.utf8.count > maxNameBytes { throw .nameTooLong(name) }
+            if value.count > maxValueBytes { throw .valueTooLarge(name) }
+            total += name.utf8.count + value.count
+        }
+        if total > maxTotalBytes { throw .tooLargeInTotal }
+    }
+}

@@ -1,0 +1,184 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Crypto
+import ItemModel
+
+public enum BlobStoreError: Error, Sendable, Equatable {
+    /// The disk is full (ENOSPC) or over quota (EDQUOT).
+    case noSpace
+    case io(operation: String, errno: Int32)
+    case digestMismatch(declared: ContentDigest, actual: ContentDigest)
+    case notFound(ContentDigest)
+}
+
+/// The embedded default for content: one file per SHA-256 under `DIR/blobs/ab/abcdef…`.
+///
+/// A blob is written to `DIR/blobs/tmp/`, hashed as it arrives, then fsynced, renamed into
+/// place and its folder fsynced, all before `commit` returns: an acknowledged upload survives
+/// `kill -9` and power loss. A half-written temp file is never visible under a digest.
+public final class FileBlobStore: BlobStore, Sendable {
+    public let root: String
+
+    public init(root: String) throws {
+        self.root = root
+        for dir in [root, root + "/tmp"] {
+            if mkdir(dir, 0o700) != 0 && errno != EEXIST { throw BlobStoreError.io(operation: "mkdir \(dir)", errno: errno) }
+        }
+        // Leftovers of uploads cut off by a crash: never acknowledged, safe to drop.
+        if let dir = opendir(root + "/tmp") {
+            while let entry = readdir(dir) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                if name != "." && name != ".." { unlink(root + "/tmp/" + name) }
+            }
+            closedir(dir)
+        }
+    }
+
+    func path(of digest: ContentDigest) -> String {
+        "\(root)/\(digest.hex.prefix(2))/\(digest.hex)"
+    }
+
+    public func makeWriter() throws -> any BlobWriter {
+        let path = "\(root)/tmp/\(ItemID.random().rawValue)"
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw BlobStoreError.io(operation: "create", errno: errno) }
+        return FileBlobWriter(store: self, fd: fd, tempPath: path)
+    }
+
+    public func size(of digest: ContentDigest) throws -> Int64? {
+        if digest == .empty { return 0 }
+        var st = stat()
+        guard stat(path(of: digest), &st) == 0 else {
+            if errno == ENOENT { return nil }
+            throw BlobStoreError.io(operation: "stat", errno: errno)
+        }
+        return Int64(st.st_size)
+    }
+
+    public func openReader(_ digest: ContentDigest) throws -> any BlobReader {
+        if digest == .empty { return EmptyBlobReader() }
+        let fd = open(path(of: digest), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { throw BlobStoreError.notFound(digest) }
+            throw BlobStoreError.io(operation: "open", errno: errno)
+        }
+        var st = stat()
+        fstat(fd, &st)
+        return FileBlobReader(fd: fd, size: Int64(st.st_size))
+    }
+
+    static func fsyncDirectory(_ path: String) throws {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw BlobStoreError.io(operation: "open dir", errno: errno) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw BlobStoreError.io(operation: "fsync dir", errno: errno) }
+    }
+}
+
+func ioError(_ operation: String, _ code: Int32) -> BlobStoreError {
+    code == ENOSPC || code == EDQUOT ? .noSpace : .io(operation: operation, errno: code)
+}
+
+/// Owned by one upload at a time; not shared between tasks.
+final class FileBlobWriter: BlobWriter {
+    let store: FileBlobStore
+    var fd: Int32
+    let tempPath: String
+    var hasher = SHA256()
+    private(set) var bytesWritten: Int64 = 0
+    var finished = false
+
+    init(store: FileBlobStore, fd: Int32, tempPath: String) {
+        self.store = store
+        self.fd = fd
+        self.tempPath = tempPath
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer) throws {
+        hasher.update(bufferPointer: bytes)
+        var offset = 0
+        while offset < bytes.count {
+            let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw ioError("write", errno)
+            }
+            offset += n
+        }
+        bytesWritten += Int64(bytes.count)
+    }
+
+    func commit(expecting expected: ContentDigest?) throws -> (digest: ContentDigest, size: Int64) {
+        let digest = ContentDigest(bytes: hasher.finalize())
+        if let expected, expected != digest {
+            abort()
+            throw BlobStoreError.digestMismatch(declared: expected, actual: digest)
+        }
+        guard fsync(fd) == 0 else {
+            let code = errno
+            abort()
+            throw ioError("fsync", code)
+        }
+        close(fd)
+        fd = -1
+        let shard = "\(store.root)/\(digest.hex.prefix(2))"
+        if mkdir(shard, 0o700) != 0 && errno != EEXIST {
+            let code = errno
+            abort()
+            throw ioError("mkdir", code)
+        }
+        // Same digest, same bytes: renaming over an existing blob is harmless.
+        guard rename(tempPath, store.path(of: digest)) == 0 else {
+            let code = errno
+            abort()
+            throw ioError("rename", code)
+        }
+        finished = true
+        try FileBlobStore.fsyncDirectory(shard)
+        return (digest, bytesWritten)
+    }
+
+    func abort() {
+        guard !finished else { return }
+        finished = true
+        if fd >= 0 { close(fd); fd = -1 }
+        unlink(tempPath)
+    }
+
+    deinit { abort() }
+}
+
+// Unchecked: `closed` is touched only by the one stream that owns the reader.
+final class FileBlobReader: BlobReader, @unchecked Sendable {
+    let fd: Int32
+    let size: Int64
+    var closed = false
+
+    init(fd: Int32, size: Int64) {
+        self.fd = fd
+        self.size = size
+    }
+
+    func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        while true {
+            let n = pread(fd, buffer.baseAddress, buffer.count, off_t(offset))
+            if n >= 0 { return n }
+            if errno != EINTR { throw BlobStoreError.io(operation: "read", errno: errno) }
+        }
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        Glibc.close(fd)
+    }
+
+    deinit { close() }
+}
+
+final class EmptyBlobReader: BlobReader, Sendable {
+    var size: Int64 { 0 }
+    func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int { 0 }
+    func close() {}
+}

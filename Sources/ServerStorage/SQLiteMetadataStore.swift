@@ -1,0 +1,497 @@
+import Foundation
+import GRDB
+import ItemModel
+
+/// The embedded default for accounts, metadata and the change log: one SQLite database (WAL).
+///
+/// Durability: `synchronous = FULL`, because a commit here is what the server acknowledges to a
+/// client ("your upload is safe"); measured on this machine kind, `NORMAL` lost commits under
+/// simulated power loss and `FULL` lost none.
+///
+/// Concurrency: GRDB serializes writes; every mutation reads its base revision and writes the
+/// new state inside one write transaction, so of two concurrent uploads exactly one wins.
+public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, Sendable {
+    let writer: any DatabaseWriter
+    let now: @Sendable () -> Timestamp
+
+    /// Opens (creating when missing) the database file at `path`.
+    public convenience init(path: String, now: @escaping @Sendable () -> Timestamp = WallClock.now) throws {
+        var config = Configuration()
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        // Another process (`ubiq-server account add` beside a running server) may hold the lock briefly.
+        config.busyMode = .timeout(5)
+        try self.init(writer: DatabasePool(path: path, configuration: config), now: now)
+    }
+
+    /// A private in-memory database, for tests.
+    public static func inMemory(now: @escaping @Sendable () -> Timestamp = WallClock.now) throws -> SQLiteMetadataStore {
+        try SQLiteMetadataStore(writer: DatabaseQueue(), now: now)
+    }
+
+    init(writer: any DatabaseWriter, now: @escaping @Sendable () -> Timestamp) throws {
+        self.writer = writer
+        self.now = now
+        try Self.migrator.migrate(writer)
+    }
+
+    // Forward-only, append-only migrations.
+    static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE accounts (
+                    key INTEGER PRIMARY KEY AUTOINCREMENT,
+                    name TEXT NOT NULL UNIQUE,
+                    password_hash TEXT NOT NULL,
+                    created INTEGER NOT NULL
+                );
+                CREATE TABLE tokens (
+                    hash TEXT PRIMARY KEY NOT NULL,
+                    account_key INTEGER NOT NULL REFERENCES accounts(key) ON DELETE CASCADE,
+                    created INTEGER NOT NULL
+                );
+                CREATE TABLE containers (
+                    key INTEGER PRIMARY KEY AUTOINCREMENT,
+                    account_key INTEGER NOT NULL REFERENCES accounts(key) ON DELETE CASCADE,
+                    name TEXT NOT NULL,
+                    created INTEGER NOT NULL,
+                    UNIQUE (account_key, name)
+                );
+                CREATE TABLE items (
+                    container_key INTEGER NOT NULL REFERENCES containers(key) ON DELETE CASCADE,
+                    id TEXT NOT NULL,
+                    parent_id TEXT,
+                    name TEXT NOT NULL,
+                    kind TEXT NOT NULL CHECK (kind IN ('file', 'folder')),
+                    revision INTEGER NOT NULL,
+                    size INTEGER NOT NULL CHECK (size >= 0),
+                    digest TEXT CHECK ((kind = 'file') = (digest IS NOT NULL)),
+                    mode INTEGER NOT NULL,
+                    created INTEGER NOT NULL,
+                    modified INTEGER NOT NULL,
+                    xattrs BLOB NOT NULL,
+                    deleted INTEGER NOT NULL DEFAULT 0 CHECK (deleted IN (0, 1)),
+                    PRIMARY KEY (container_key, id),
+                    FOREIGN KEY (container_key, parent_id) REFERENCES items(container_key, id),
+                    CHECK ((parent_id IS NULL) = (id = 'root'))
+                );
+                -- No two live items share a name in one folder.
+                CREATE UNIQUE INDEX items_live_name ON items(container_key, parent_id, name) WHERE deleted = 0;
+                CREATE INDEX items_by_parent ON items(container_key, parent_id);
+                -- Compacted change log: one row per item, its latest change. AUTOINCREMENT so
+                -- that a sequence number is never handed out twice, even after compaction.
+                CREATE TABLE changes (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    container_key INTEGER NOT NULL REFERENCES containers(key) ON DELETE CASCADE,
+                    item_id TEXT NOT NULL,
+                    kind TEXT NOT NULL CHECK (kind IN ('upsert', 'delete')),
+                    item_json BLOB NOT NULL
+                );
+                CREATE UNIQUE INDEX changes_by_item ON changes(container_key, item_id);
+                CREATE INDEX changes_by_container ON changes(container_key, seq);
+                CREATE TABLE account_blobs (
+                    account_key INTEGER NOT NULL REFERENCES accounts(key) ON DELETE CASCADE,
+                    digest TEXT NOT NULL,
+                    size INTEGER NOT NULL CHECK (size >= 0),
+                    PRIMARY KEY (account_key, digest)
+                );
+                """)
+        }
+        return m
+    }
+
+    // MARK: AccountStore
+
+    public func addAccount(name: String, passwordHash: String) async throws -> AccountRef {
+        try AccountName.validate(name)
+        let created = now()
+        return try await writer.write { db in
+            if try Int64.fetchOne(db, sql: "SELECT key FROM accounts WHERE name = ?", arguments: [name]) != nil {
+                throw StorageError.accountExists(name)
+            }
+            try db.execute(
+                sql: "INSERT INTO accounts (name, password_hash, created) VALUES (?, ?, ?)",
+                arguments: [name, passwordHash, created])
+            return AccountRef(key: db.lastInsertedRowID, name: name)
+        }
+    }
+
+    public func accounts() async throws -> [AccountRef] {
+        try await writer.read { db in
+            try Row.fetchAll(db, sql: "SELECT key, name FROM accounts ORDER BY name").map {
+                AccountRef(key: $0["key"], name: $0["name"])
+            }
+        }
+    }
+
+    public func removeAccount(name: String) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "DELETE FROM accounts WHERE name = ?", arguments: [name])
+            if db.changesCount == 0 { throw StorageError.accountNotFound(name) }
+        }
+    }
+
+    public func passwordHash(account name: String) async throws -> (AccountRef, String)? {
+        try await writer.read { db in
+            try Row.fetchOne(db, sql: "SELECT key, name, password_hash FROM accounts WHERE name = ?", arguments: [name])
+                .map { (AccountRef(key: $0["key"], name: $0["name"]), $0["password_hash"]) }
+        }
+    }
+
+    public func addToken(hash: String, for account: AccountRef, created: Timestamp) async throws {
+        try await writer.write { db in
+            try db.execute(
+                sql: "INSERT INTO tokens (hash, account_key, created) VALUES (?, ?, ?)",
+                arguments: [hash, account.key, created])
+        }
+    }
+
+    public func account(tokenHash: String) async throws -> AccountRef? {
+        try await writer.read { db in
+            try Row.fetchOne(
+                db,
+                sql: "SELECT a.key, a.name FROM tokens t JOIN accounts a ON a.key = t.account_key WHERE t.hash = ?",
+                arguments: [tokenHash]
+            ).map { AccountRef(key: $0["key"], name: $0["name"]) }
+        }
+    }
+
+    // MARK: Containers
+
+    public func containers(of account: AccountRef) async throws -> [ContainerRef] {
+        try await writer.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT key, name, created FROM containers WHERE account_key = ? ORDER BY name",
+                arguments: [account.key]
+            ).map { try Self.containerRef($0, account: account) }
+        }
+    }
+
+    public func container(_ id: ContainerID, of account: AccountRef, create: Bool) async throws -> ContainerRef? {
+        let lookup = { @Sendable (db: Database) throws -> ContainerRef? in
+            try Row.fetchOne(
+                db, sql: "SELECT key, name, created FROM containers WHERE account_key = ? AND name = ?",
+                arguments: [account.key, id.rawValue]
+            ).map { try Self.containerRef($0, account: account) }
+        }
+        if let found = try await writer.read(lookup) { return found }
+        guard create else { return nil }
+        let created = now()
+        return try await writer.write { db in
+            if let found = try lookup(db) { return found }
+            guard try Int64.fetchOne(db, sql: "SELECT 1 FROM accounts WHERE key = ?", arguments: [account.key]) != nil else {
+                throw StorageError.accountNotFound(account.name)
+            }
+            try db.execute(
+                sql: "INSERT INTO containers (account_key, name, created) VALUES (?, ?, ?)",
+                arguments: [account.key, id.rawValue, created])
+            let ref = ContainerRef(key: db.lastInsertedRowID, account: account, id: id, created: created)
+            var root = ItemMetadata(
+                id: .root, parentID: nil, name: "", kind: .folder, revision: Revision("0"), size: 0, digest: nil,
+                mode: ItemMetadata.defaultMode(for: .folder), created: created, modified: created)
+            try Self.commit(&root, kind: .upsert, in: ref, db: db, isNew: true)
+            return ref
+        }
+    }
+
+    static func containerRef(_ row: Row, account: AccountRef) throws -> ContainerRef {
+        ContainerRef(key: row["key"], account: account, id: try ContainerID(row["name"] as String), created: row["created"])
+    }
+
+    // MARK: Items
+
+    public func item(_ id: ItemID, in container: ContainerRef) async throws -> ItemMetadata? {
+        try await writer.read { db in try Self.liveItem(id, container, db) }
+    }
+
+    public func children(of folder: ItemID, in container: ContainerRef) async throws -> [ItemMetadata] {
+        try await writer.read { db in
+            let parent = try Self.requireLive(folder, container, db)
+            guard parent.kind == .folder else { throw StorageError.notAFolder(folder) }
+            return try Row.fetchAll(
+                db, sql: "SELECT * FROM items WHERE container_key = ? AND parent_id = ? AND deleted = 0 ORDER BY name",
+                arguments: [container.key, folder.rawValue]
+            ).map(Self.item(from:))
+        }
+    }
+
+    public func createItem(_ new: NewItem, in container: ContainerRef) async throws -> ItemMetadata {
+        try SyncedXattr.validateOrThrow(new.xattrs)
+        return try await writer.write { db in
+            let parent = try Self.requireLive(new.parentID, container, db)
+            guard parent.kind == .folder else { throw StorageError.notAFolder(new.parentID) }
+            if let existing = try Self.anyItem(new.id, container, db) {
+                // A retried create (the answer to the first was lost) gets the same item back.
+                if !existing.deleted, existing.parentID == new.parentID, existing.name == new.name.rawValue,
+                   existing.kind == new.kind, new.kind == .folder || existing.digest == (new.digest ?? .empty) {
+                    return existing
+                }
+                throw StorageError.itemIDTaken(new.id)
+            }
+            if let clash = try Self.liveChild(named: new.name, of: new.parentID, container, db) {
+                throw StorageError.nameExists(existing: clash)
+            }
+            var digest: ContentDigest? = nil
+            var size: Int64 = 0
+            if new.kind == .file {
+                digest = new.digest ?? .empty
+                size = try Self.blobSize(digest!, account: container.account, declared: new.declaredSize, db: db)
+            }
+            var item = ItemMetadata(
+                id: new.id, parentID: new.parentID, name: new.name.rawValue, kind: new.kind, revision: Revision("0"),
+                size: size, digest: digest, mode: new.mode, created: new.created, modified: new.modified,
+                xattrs: new.xattrs)
+            try Self.commit(&item, kind: .upsert, in: container, db: db, isNew: true)
+            return item
+        }
+    }
+
+    public func updateContent(
+        _ id: ItemID, base: Revision, digest: ContentDigest, declaredSize: Int64?, modified: Timestamp?,
+        in container: ContainerRef
+    ) async throws -> ItemMetadata {
+        let modified = modified ?? now()
+        return try await writer.write { db in
+            var item = try Self.requireLive(id, container, db)
+            guard item.kind == .file else { throw StorageError.notAFile(id) }
+            guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
+            item.size = try Self.blobSize(digest, account: container.account, declared: declaredSize, db: db)
+            item.digest = digest
+            item.modified = modified
+            try Self.commit(&item, kind: .upsert, in: container, db: db)
+            return item
+        }
+    }
+
+    public func updateItem(_ id: ItemID, base: Revision, update: ItemUpdate, in container: ContainerRef) async throws -> ItemMetadata {
+        try await writer.write { db in
+            var item = try Self.requireLive(id, container, db)
+            guard id != .root else { throw StorageError.rootIsImmutable }
+            guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
+            let newParent = update.parentID ?? item.parentID!
+            let newName = update.name?.rawValue ?? item.name
+            if newParent != item.parentID {
+                let parent = try Self.requireLive(newParent, container, db)
+                guard parent.kind == .folder else { throw StorageError.notAFolder(newParent) }
+                // Walk up from the destination: meeting the item means a move into itself.
+                var cursor: ItemID? = newParent
+                while let c = cursor {
+                    if c == id { throw StorageError.invalidMove(id) }
+                    cursor = try String.fetchOne(
+                        db, sql: "SELECT parent_id FROM items WHERE container_key = ? AND id = ?",
+                        arguments: [container.key, c.rawValue]
+                    ).map(ItemID.init(_:))
+                }
+            }
+            if newParent != item.parentID || newName != item.name,
+               let clash = try Self.liveChild(named: try ItemName(newName), of: newParent, container, db), clash.id != id {
+                throw StorageError.nameExists(existing: clash)
+            }
+            item.parentID = newParent
+            item.name = newName
+            if let mode = update.mode { item.mode = mode }
+            if let modified = update.modified { item.modified = modified }
+            try Self.commit(&item, kind: .upsert, in: container, db: db)
+            return item
+        }
+    }
+
+    public func deleteItem(_ id: ItemID, base: Revision?, recursive: Bool, in container: ContainerRef) async throws -> [ItemMetadata] {
+        try await writer.write { db in
+            let item = try Self.requireLive(id, container, db)
+            guard id != .root else { throw StorageError.rootIsImmutable }
+            if let base, item.revision != base { throw StorageError.revisionConflict(current: item) }
+            // Depth-first, children before their folder, so a replica applying the tombstones in
+            // order never sees a folder vanish while it still has children.
+            var doomed: [ItemMetadata] = []
+            func collect(_ folder: ItemMetadata) throws {
+                let kids = try Row.fetchAll(
+                    db, sql: "SELECT * FROM items WHERE container_key = ? AND parent_id = ? AND deleted = 0",
+                    arguments: [container.key, folder.id.rawValue]
+                ).map(Self.item(from:))
+                if !kids.isEmpty && !recursive { throw StorageError.folderNotEmpty(folder.id) }
+                for kid in kids {
+                    if kid.kind == .folder { try collect(kid) }
+                    doomed.append(kid)
+                }
+            }
+            if item.kind == .folder { try collect(item) }
+            doomed.append(item)
+            var tombstones: [ItemMetadata] = []
+            for var victim in doomed {
+                victim.deleted = true
+                try Self.commit(&victim, kind: .delete, in: container, db: db)
+                tombstones.append(victim)
+            }
+            return tombstones
+        }
+    }
+
+    public func setXattrs(_ id: ItemID, base: Revision?, xattrs: [String: Data], in container: ContainerRef) async throws -> ItemMetadata {
+        try SyncedXattr.validateOrThrow(xattrs)
+        return try await writer.write { db in
+            var item = try Self.requireLive(id, container, db)
+            if let base, item.revision != base { throw StorageError.revisionConflict(current: item) }
+            item.xattrs = xattrs
+            try Self.commit(&item, kind: .upsert, in: container, db: db)
+            return item
+        }
+    }
+
+    // MARK: Blobs
+
+    public func recordBlob(_ digest: ContentDigest, size: Int64, for account: AccountRef) async throws {
+        try await writer.write { db in
+            try db.execute(
+                sql: "INSERT OR IGNORE INTO account_blobs (account_key, digest, size) VALUES (?, ?, ?)",
+                arguments: [account.key, digest.hex, size])
+        }
+    }
+
+    public func blobSize(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64? {
+        if digest == .empty { return 0 }
+        return try await writer.read { db in
+            try Int64.fetchOne(
+                db, sql: "SELECT size FROM account_blobs WHERE account_key = ? AND digest = ?",
+                arguments: [account.key, digest.hex])
+        }
+    }
+
+    // MARK: ChangeLog
+
+    public func changes(in container: ContainerRef, since: ChangeCursor, limit: Int) async throws -> (changes: [ItemChange], cursor: ChangeCursor, hasMore: Bool) {
+        guard let after = Int64(since.rawValue), after >= 0 else { throw StorageError.invalidCursor(since.rawValue) }
+        let limit = max(1, limit)
+        return try await writer.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: "SELECT seq, kind, item_json FROM changes WHERE container_key = ? AND seq > ? ORDER BY seq LIMIT ?",
+                arguments: [container.key, after, limit + 1])
+            let decoder = JSONDecoder()
+            var changes: [ItemChange] = []
+            for row in rows.prefix(limit) {
+                let seq: Int64 = row["seq"]
+                let item = try decoder.decode(ItemMetadata.self, from: row["item_json"] as Data)
+                changes.append(ItemChange(cursor: ChangeCursor(String(seq)), kind: ItemChange.Kind(rawValue: row["kind"])!, item: item))
+            }
+            let cursor = changes.last?.cursor ?? since
+            return (changes, cursor, rows.count > limit)
+        }
+    }
+
+    public func latestCursor(in container: ContainerRef) async throws -> ChangeCursor {
+        try await writer.read { db in
+            let seq = try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM changes WHERE container_key = ?", arguments: [container.key])
+            return ChangeCursor(String(seq ?? 0))
+        }
+    }
+
+    // MARK: Helpers (all run inside a transaction)
+
+    /// Gives the item its new revision and writes it together with its change-log entry.
+    static func commit(_ item: inout ItemMetadata, kind: ItemChange.Kind, in container: ContainerRef, db: Database, isNew: Bool = false) throws {
+        try db.execute(sql: "DELETE FROM changes WHERE container_key = ? AND item_id = ?", arguments: [container.key, item.id.rawValue])
+        try db.execute(
+            sql: "INSERT INTO changes (container_key, item_id, kind, item_json) VALUES (?, ?, ?, x'')",
+            arguments: [container.key, item.id.rawValue, kind.rawValue])
+        let seq = db.lastInsertedRowID
+        item.revision = Revision(String(seq))
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        try db.execute(sql: "UPDATE changes SET item_json = ? WHERE seq = ?", arguments: [try encoder.encode(item), seq])
+        let xattrs = try encoder.encode(item.xattrs)
+        let args: StatementArguments = [
+            item.parentID?.rawValue, item.name, item.kind.rawValue, seq, item.size, item.digest?.hex,
+            Int64(item.mode), item.created, item.modified, xattrs, item.deleted ? 1 : 0, container.key, item.id.rawValue,
+        ]
+        if isNew {
+            try db.execute(sql: """
+                INSERT INTO items (parent_id, name, kind, revision, size, digest, mode, created, modified, xattrs, deleted, container_key, id)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: args)
+        } else {
+            try db.execute(sql: """
+                UPDATE items SET parent_id = ?, name = ?, kind = ?, revision = ?, size = ?, digest = ?, mode = ?,
+                created = ?, modified = ?, xattrs = ?, deleted = ? WHERE container_key = ? AND id = ?
+                """, arguments: args)
+        }
+    }
+
+    static func anyItem(_ id: ItemID, _ container: ContainerRef, _ db: Database) throws -> ItemMetadata? {
+        try Row.fetchOne(db, sql: "SELECT * FROM items WHERE container_key = ? AND id = ?", arguments: [container.key, id.rawValue])
+            .map(item(from:))
+    }
+
+    static func liveItem(_ id: ItemID, _ container: ContainerRef, _ db: Database) throws -> ItemMetadata? {
+        guard let item = try anyItem(id, container, db), !item.deleted else { return nil }
+        return item
+    }
+
+    static func requireLive(_ id: ItemID, _ container: ContainerRef, _ db: Database) throws -> ItemMetadata {
+        guard let item = try liveItem(id, container, db) else { throw StorageError.itemNotFound(id) }
+        return item
+    }
+
+    static func liveChild(named name: ItemName, of parent: ItemID, _ container: ContainerRef, _ db: Database) throws -> ItemMetadata? {
+        try Row.fetchOne(
+            db, sql: "SELECT * FROM items WHERE container_key = ? AND parent_id = ? AND name = ? AND deleted = 0",
+            arguments: [container.key, parent.rawValue, name.rawValue]
+        ).map(item(from:))
+    }
+
+    static func blobSize(_ digest: ContentDigest, account: AccountRef, declared: Int64?, db: Database) throws -> Int64 {
+        let size: Int64
+        if digest == .empty {
+            size = 0
+        } else {
+            guard let s = try Int64.fetchOne(
+                db, sql: "SELECT size FROM account_blobs WHERE account_key = ? AND digest = ?",
+                arguments: [account.key, digest.hex])
+            else { throw StorageError.blobNotFound(digest) }
+            size = s
+        }
+        if let declared, declared != size { throw StorageError.sizeMismatch(declared: declared, actual: size) }
+        return size
+    }
+
+    static func item(from row: Row) throws -> ItemMetadata {
+        let xattrs = try JSONDecoder().decode([String: Data].self, from: row["xattrs"] as Data)
+        let digest: String? = row["digest"]
+        let parent: String? = row["parent_id"]
+        let revision: Int64 = row["revision"]
+        let mode: Int64 = row["mode"]
+        return ItemMetadata(
+            id: ItemID(row["id"] as String), parentID: parent.map(ItemID.init(_:)), name: row["name"],
+            kind: ItemKind(rawValue: row["kind"])!, revision: Revision(String(revision)), size: row["size"],
+            digest: try digest.map { try ContentDigest(hex: $0) }, mode: UInt32(truncatingIfNeeded: mode),
+            created: row["created"], modified: row["modified"], xattrs: xattrs, deleted: (row["deleted"] as Int64) != 0)
+    }
+}
+
+extension SyncedXattr {
+    static func validateOrThrow(_ xattrs: [String: Data]) throws(StorageError) {
+        do { try validate(xattrs) } catch { throw .invalidXattr(error) }
+    }
+}
+
+/// Account names: what a user types at a login prompt, safe in logs and paths.
+public enum AccountName {
+    public static func validate(_ name: String) throws(StorageError) {
+        let ok = (1...64).contains(name.utf8.count) && name.utf8.allSatisfy { b in
+            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
+                || b == UInt8(ascii: ".") || b == UInt8(ascii: "_") || b == UInt8(ascii: "-") || b == UInt8(ascii: "@")
+        }
+        guard ok else { throw .invalidAccountName(name) }
+    }
+}
+
+/// The wall clock, in the unit the protocol uses.
+public enum WallClock {
+    @Sendable public static func now() -> Timestamp {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+    }
+}

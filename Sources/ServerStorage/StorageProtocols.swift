@@ -1,0 +1,187 @@
+import Foundation
+import ItemModel
+
+// The server's storage, behind three seams so that other backends (PostgreSQL for metadata and
+// the change log, an S3-compatible store for blobs) can join without SyncServer changing.
+// `Tests/ServerStorageTests` runs one conformance suite (TestSupport's `StorageConformance`)
+// over every implementation.
+
+public struct AccountRef: Sendable, Hashable {
+    public let key: Int64
+    public let name: String
+    public init(key: Int64, name: String) {
+        self.key = key
+        self.name = name
+    }
+}
+
+/// A container the caller may use: resolved through its account, so holding one proves access.
+public struct ContainerRef: Sendable, Hashable {
+    public let key: Int64
+    public let account: AccountRef
+    public let id: ContainerID
+    public let created: Timestamp
+    public init(key: Int64, account: AccountRef, id: ContainerID, created: Timestamp) {
+        self.key = key
+        self.account = account
+        self.id = id
+        self.created = created
+    }
+}
+
+/// What storage refuses, and why. SyncServer maps each case to one protocol error code.
+public enum StorageError: Error, Sendable, Equatable {
+    case accountExists(String)
+    case accountNotFound(String)
+    case invalidAccountName(String)
+    case containerNotFound(ContainerID)
+    case itemNotFound(ItemID)
+    case blobNotFound(ContentDigest)
+    case invalidName(ItemName.Invalid)
+    case invalidXattr(SyncedXattr.Invalid)
+    case notAFolder(ItemID)
+    case notAFile(ItemID)
+    case rootIsImmutable
+    /// A folder cannot move into itself or below itself.
+    case invalidMove(ItemID)
+    /// The base revision is not the current one; nothing was changed.
+    case revisionConflict(current: ItemMetadata)
+    /// The parent already holds a live item with that name.
+    case nameExists(existing: ItemMetadata)
+    case folderNotEmpty(ItemID)
+    case sizeMismatch(declared: Int64, actual: Int64)
+    case digestMismatch(declared: ContentDigest, actual: ContentDigest)
+    case itemIDTaken(ItemID)
+    case invalidCursor(String)
+}
+
+/// Accounts and their bearer tokens. Passwords and tokens are stored hashed only.
+public protocol AccountStore: Sendable {
+    func addAccount(name: String, passwordHash: String) async throws -> AccountRef
+    func accounts() async throws -> [AccountRef]
+    /// Removes the account with its tokens, containers and items.
+    func removeAccount(name: String) async throws
+    func passwordHash(account name: String) async throws -> (AccountRef, String)?
+    func addToken(hash: String, for account: AccountRef, created: Timestamp) async throws
+    func account(tokenHash: String) async throws -> AccountRef?
+}
+
+public struct NewItem: Sendable {
+    public var id: ItemID
+    public var parentID: ItemID
+    public var name: ItemName
+    public var kind: ItemKind
+    public var digest: ContentDigest?
+    public var declaredSize: Int64?
+    public var mode: UInt32
+    public var created: Timestamp
+    public var modified: Timestamp
+    public var xattrs: [String: Data]
+
+    public init(
+        id: ItemID, parentID: ItemID, name: ItemName, kind: ItemKind, digest: ContentDigest?,
+        declaredSize: Int64?, mode: UInt32, created: Timestamp, modified: Timestamp, xattrs: [String: Data]
+    ) {
+        self.id = id
+        self.parentID = parentID
+        self.name = name
+        self.kind = kind
+        self.digest = digest
+        self.declaredSize = declaredSize
+        self.mode = mode
+        self.created = created
+        self.modified = modified
+        self.xattrs = xattrs
+    }
+}
+
+public struct ItemUpdate: Sendable {
+    public var name: ItemName?
+    public var parentID: ItemID?
+    public var mode: UInt32?
+    public var modified: Timestamp?
+    public init(name: ItemName? = nil, parentID: ItemID? = nil, mode: UInt32? = nil, modified: Timestamp? = nil) {
+        self.name = name
+        self.parentID = parentID
+        self.mode = mode
+        self.modified = modified
+    }
+}
+
+/// Containers and items. Every mutation checks its base revision, commits the item's new state
+/// and its change-log entry in one transaction, and is durable when it returns.
+public protocol MetadataStore: Sendable {
+    func containers(of account: AccountRef) async throws -> [ContainerRef]
+    /// Looks a container up; with `create`, makes it (and its root folder) when missing.
+    func container(_ id: ContainerID, of account: AccountRef, create: Bool) async throws -> ContainerRef?
+    /// A live item; tombstones answer nil.
+    func item(_ id: ItemID, in container: ContainerRef) async throws -> ItemMetadata?
+    func children(of folder: ItemID, in container: ContainerRef) async throws -> [ItemMetadata]
+    func createItem(_ item: NewItem, in container: ContainerRef) async throws -> ItemMetadata
+    func updateContent(
+        _ id: ItemID, base: Revision, digest: ContentDigest, declaredSize: Int64?, modified: Timestamp?,
+        in container: ContainerRef
+    ) async throws -> ItemMetadata
+    func updateItem(_ id: ItemID, base: Revision, update: ItemUpdate, in container: ContainerRef) async throws -> ItemMetadata
+    /// Deletes an item (a folder with `recursive`, its whole subtree); returns the tombstones.
+    func deleteItem(_ id: ItemID, base: Revision?, recursive: Bool, in container: ContainerRef) async throws -> [ItemMetadata]
+    func setXattrs(_ id: ItemID, base: Revision?, xattrs: [String: Data], in container: ContainerRef) async throws -> ItemMetadata
+
+    /// Records that `account` uploaded (and so may use) the blob. Existence of content is
+    /// answered per account: one account cannot probe what another has stored.
+    func recordBlob(_ digest: ContentDigest, size: Int64, for account: AccountRef) async throws
+    /// The blob's size if `account` may use it.
+    func blobSize(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64?
+}
+
+/// The ordered change log of each container.
+///
+/// The log is compacted: for each item it keeps only the latest change, so `since: .start`
+/// is a full snapshot (with tombstones) and any cursor yields the latest state of every item
+/// changed after it. An item may come before its parent within one answer when the parent
+/// changed later; clients hold such items until the parent arrives.
+public protocol ChangeLog: Sendable {
+    func changes(in container: ContainerRef, since: ChangeCursor, limit: Int) async throws -> (changes: [ItemChange], cursor: ChangeCursor, hasMore: Bool)
+    func latestCursor(in container: ContainerRef) async throws -> ChangeCursor
+}
+
+/// Content, addressed by SHA-256.
+public protocol BlobStore: Sendable {
+    /// Starts a new blob. Nothing is visible until `commit` verifies the digest.
+    func makeWriter() throws -> any BlobWriter
+    func size(of digest: ContentDigest) throws -> Int64?
+    func openReader(_ digest: ContentDigest) throws -> any BlobReader
+}
+
+public protocol BlobWriter: AnyObject {
+    var bytesWritten: Int64 { get }
+    func write(_ bytes: UnsafeRawBufferPointer) throws
+    /// Verifies the digest when one is expected, then makes the blob durable (fsync, rename,
+    /// fsync of the folder) before returning. On a mismatch nothing is stored.
+    func commit(expecting: ContentDigest?) throws -> (digest: ContentDigest, size: Int64)
+    /// Drops what was written. Safe to call after a failed commit; a no-op after a good one.
+    func abort()
+}
+
+/// Owned by one response stream at a time; `Sendable` so it can move into that stream.
+public protocol BlobReader: AnyObject, Sendable {
+    var size: Int64 { get }
+    /// Reads up to `buffer.count` bytes at `offset`; returns how many were read (0 at the end).
+    func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+    func close()
+}
+
+/// The server's storage: everything SyncServer needs, in one value.
+public struct ServerStorage: Sendable {
+    public var accounts: any AccountStore
+    public var metadata: any MetadataStore
+    public var changes: any ChangeLog
+    public var blobs: any BlobStore
+
+    public init(accounts: any AccountStore, metadata: any MetadataStore, changes: any ChangeLog, blobs: any BlobStore) {
+        self.accounts = accounts
+        self.metadata = metadata
+        self.changes = changes
+        self.blobs = blobs
+    }
+}

@@ -1,0 +1,74 @@
+import ItemModel
+
+/// The protocol's one table of error codes. Each code has one HTTP status; the server answers
+/// `{"error":{"code":…,"message":…}}` and clients switch on `code`, never on the message.
+/// docs/SYNC_PROTOCOL.md lists the same table.
+public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
+    case unauthorized = "unauthorized"
+    case invalidCredentials = "invalid_credentials"
+    case invalidRequest = "invalid_request"
+    case invalidName = "invalid_name"
+    case invalidContainerID = "invalid_container_id"
+    case invalidItemID = "invalid_item_id"
+    case invalidDigest = "invalid_digest"
+    case invalidCursor = "invalid_cursor"
+    case invalidXattr = "invalid_xattr"
+    case invalidMove = "invalid_move"
+    case notAFolder = "not_a_folder"
+    case notAFile = "not_a_file"
+    case rootIsImmutable = "root_is_immutable"
+    case routeNotFound = "route_not_found"
+    case containerNotFound = "container_not_found"
+    case itemNotFound = "item_not_found"
+    case blobNotFound = "blob_not_found"
+    case methodNotAllowed = "method_not_allowed"
+    case revisionConflict = "revision_conflict"
+    case nameExists = "name_exists"
+    case folderNotEmpty = "folder_not_empty"
+    case itemIDTaken = "item_id_taken"
+    case payloadTooLarge = "payload_too_large"
+    case rangeNotSatisfiable = "range_not_satisfiable"
+    case digestMismatch = "digest_mismatch"
+    case sizeMismatch = "size_mismatch"
+    case insufficientStorage = "insufficient_storage"
+    case internalError = "internal_error"
+
+    /// Exhaustive on purpose: a new code forces a decision about its status.
+    public var httpStatus: Int {
+        switch self {
+        case .unauthorized, .invalidCredentials: 401
+        case .invalidRequest, .invalidName, .invalidContainerID, .invalidItemID, .invalidDigest,
+             .invalidCursor, .invalidXattr, .invalidMove, .notAFolder, .notAFile, .rootIsImmutable,
+             .sizeMismatch:
+            400
+        case .routeNotFound, .containerNotFound, .itemNotFound, .blobNotFound: 404
+        case .methodNotAllowed: 405
+        case .revisionConflict, .nameExists, .folderNotEmpty, .itemIDTaken: 409
+        case .payloadTooLarge: 413
+        case .rangeNotSatisfiable: 416
+        case .digestMismatch: 422
+        case .internalError: 500
+        case .insufficientStorage: 507
+        }
+    }
+}
+
+/// The body of every error response.
+public struct APIErrorBody: Codable, Sendable, Equatable {
+    public struct Detail: Codable, Sendable, Equatable {
+        public var code: APIErrorCode
+        public var message: String
+        /// On `revision_conflict` and `name_exists`: the item as it is now on the server.
+        public var current: ItemMetadata?
+
+        public init(code: APIErrorCode, message: String, current: ItemMetadata? = nil) {
+            self.code = code
+            self.message = message
+            self.current = current
+        }
+    }
+
+    public var error: Detail
+
+    public init(_ detail: Detail) { self.error = detail }
+}

@@ -1,0 +1,18 @@
+import ItemModel
+
+/// The protocol's routes, in one place for the server's router and every client.
+public enum APIPath {
+    public static let health = "/health"
+    public static let token = "/v1/auth/token"
+    public static let containers = "/v1/containers"
+
+    public static func container(_ c: ContainerID) -> String { "/v1/containers/\(c.rawValue)" }
+    public static func items(_ c: ContainerID) -> String { container(c) + "/items" }
+    public static func item(_ c: ContainerID, _ id: ItemID) -> String { items(c) + "/\(id.rawValue)" }
+    public static func children(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/children" }
+    public static func content(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/content" }
+    public static func xattrs(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/xattrs" }
+    public static func changes(_ c: ContainerID) -> String { container(c) + "/changes" }
+    public static func changeStream(_ c: ContainerID) -> String { container(c) + "/changes/stream" }
+    public static func blob(_ d: ContentDigest) -> String { "/v1/blobs/\(d.hex)" }
+}

@@ -1,0 +1,169 @@
+import Foundation
+import ItemModel
+
+/// The protocol version; `GET /health` reports it and clients refuse a server they do not speak.
+public enum SyncProtocol {
+    public static let version = 1
+    /// Header carrying the declared SHA-256 of an uploaded blob (redundant with the URL; both must agree).
+    public static let revisionHeader = "Ubiq-Revision"
+    public static let digestHeader = "Ubiq-Digest"
+}
+
+public struct HealthResponse: Codable, Sendable {
+    public var status: String
+    public var protocolVersion: Int
+    public init(status: String = "ok", protocolVersion: Int = SyncProtocol.version) {
+        self.status = status
+        self.protocolVersion = protocolVersion
+    }
+}
+
+public struct TokenRequest: Codable, Sendable {
+    public var user: String
+    public var password: String
+    public init(user: String, password: String) {
+        self.user = user
+        self.password = password
+    }
+}
+
+public struct TokenResponse: Codable, Sendable {
+    public var token: String
+    public var account: String
+    public init(token: String, account: String) {
+        self.token = token
+        self.account = account
+    }
+}
+
+public struct ContainerInfo: Codable, Sendable, Hashable {
+    public var id: ContainerID
+    public var created: Timestamp
+    /// The cursor after the container's latest change.
+    public var cursor: ChangeCursor
+    public init(id: ContainerID, created: Timestamp, cursor: ChangeCursor) {
+        self.id = id
+        self.created = created
+        self.cursor = cursor
+    }
+}
+
+public struct ContainerList: Codable, Sendable {
+    public var containers: [ContainerInfo]
+    public init(containers: [ContainerInfo]) { self.containers = containers }
+}
+
+public struct ItemList: Codable, Sendable {
+    public var items: [ItemMetadata]
+    public init(items: [ItemMetadata]) { self.items = items }
+}
+
+/// `POST /v1/containers/{c}/items`: a new file (with content already uploaded as a blob) or folder.
+public struct CreateItemRequest: Codable, Sendable {
+    public var parentID: ItemID
+    public var name: String
+    public var kind: ItemKind
+    /// Files only; omitted means empty content.
+    public var digest: ContentDigest?
+    /// When given, must equal the blob's size.
+    public var size: Int64?
+    public var mode: UInt32?
+    public var created: Timestamp?
+    public var modified: Timestamp?
+    public var xattrs: [String: Data]?
+    /// Chosen by the client so that a retried create is idempotent; the server makes one otherwise.
+    public var id: ItemID?
+
+    public init(
+        parentID: ItemID, name: String, kind: ItemKind, digest: ContentDigest? = nil, size: Int64? = nil,
+        mode: UInt32? = nil, created: Timestamp? = nil, modified: Timestamp? = nil,
+        xattrs: [String: Data]? = nil, id: ItemID? = nil
+    ) {
+        self.parentID = parentID
+        self.name = name
+        self.kind = kind
+        self.digest = digest
+        self.size = size
+        self.mode = mode
+        self.created = created
+        self.modified = modified
+        self.xattrs = xattrs
+        self.id = id
+    }
+}
+
+/// `PUT /v1/containers/{c}/items/{id}/content`: point the file at new content.
+public struct UpdateContentRequest: Codable, Sendable {
+    public var baseRevision: Revision
+    public var digest: ContentDigest
+    public var size: Int64?
+    public var modified: Timestamp?
+    public init(baseRevision: Revision, digest: ContentDigest, size: Int64? = nil, modified: Timestamp? = nil) {
+        self.baseRevision = baseRevision
+        self.digest = digest
+        self.size = size
+        self.modified = modified
+    }
+}
+
+/// `PATCH /v1/containers/{c}/items/{id}`: rename, move, chmod, touch. Absent fields stay.
+public struct UpdateItemRequest: Codable, Sendable {
+    public var baseRevision: Revision
+    public var name: String?
+    public var parentID: ItemID?
+    public var mode: UInt32?
+    public var modified: Timestamp?
+    public init(baseRevision: Revision, name: String? = nil, parentID: ItemID? = nil, mode: UInt32? = nil, modified: Timestamp? = nil) {
+        self.baseRevision = baseRevision
+        self.name = name
+        self.parentID = parentID
+        self.mode = mode
+        self.modified = modified
+    }
+}
+
+/// `PUT /v1/containers/{c}/items/{id}/xattrs`: replaces the item's synced attributes.
+public struct SetXattrsRequest: Codable, Sendable {
+    /// When given, the change is refused unless it is the item's current revision.
+    public var baseRevision: Revision?
+    public var xattrs: [String: Data]
+    public init(baseRevision: Revision? = nil, xattrs: [String: Data]) {
+        self.baseRevision = baseRevision
+        self.xattrs = xattrs
+    }
+}
+
+public struct DeleteResponse: Codable, Sendable {
+    /// One tombstone per deleted item, the folder's descendants first.
+    public var deleted: [ItemMetadata]
+    public init(deleted: [ItemMetadata]) { self.deleted = deleted }
+}
+
+public struct BlobInfo: Codable, Sendable {
+    public var digest: ContentDigest
+    public var size: Int64
+    public init(digest: ContentDigest, size: Int64) {
+        self.digest = digest
+        self.size = size
+    }
+}
+
+/// `GET /v1/containers/{c}/changes?since=…`.
+public struct ChangePage: Codable, Sendable {
+    public var changes: [ItemChange]
+    /// Pass as `since` next time.
+    public var cursor: ChangeCursor
+    /// More changes follow right away; ask again with `cursor`.
+    public var hasMore: Bool
+    public init(changes: [ItemChange], cursor: ChangeCursor, hasMore: Bool) {
+        self.changes = changes
+        self.cursor = cursor
+        self.hasMore = hasMore
+    }
+}
+
+/// The `ready` event of the push stream: the client has every change up to `cursor`.
+public struct StreamReady: Codable, Sendable {
+    public var cursor: ChangeCursor
+    public init(cursor: ChangeCursor) { self.cursor = cursor }
+}

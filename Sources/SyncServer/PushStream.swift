@@ -1,0 +1,88 @@
+import Foundation
+import Hummingbird
+import ItemModel
+import NIOCore
+import ServerStorage
+import ServiceLifecycle
+import SyncAPI
+
+/// The push stream: Server-Sent Events carrying a container's change log as it grows.
+///
+/// The stream first sends every change after `since` (the catch-up), then one `ready` event,
+/// then each new change as soon as it commits. Between changes an idle stream sends a comment
+/// line every `keepAlive`, so a vanished client is noticed at the next write.
+struct PushStream: Sendable {
+    let storage: ServerStorage
+    let hub: ChangeHub
+    let container: ContainerRef
+    let since: ChangeCursor
+    let keepAlive: Duration
+
+    /// 500 changes per read: one SQLite read per batch, bounded memory per stream.
+    static let batch = 500
+
+    enum Event: Sendable {
+        case changed
+        case keepAlive
+    }
+
+    func response() -> Response {
+        let headers: HTTPFields = [.contentType: "text/event-stream", .cacheControl: "no-store"]
+        return Response(status: .ok, headers: headers, body: ResponseBody { writer in
+            // Subscribe before the first read: a commit between the read and the wait still wakes us.
+            let subscription = hub.subscribe(container: container.key)
+            defer { subscription.close() }
+            let (events, sink) = AsyncStream<Event>.makeStream(bufferingPolicy: .bufferingNewest(4))
+            try await withGracefulShutdownHandler {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for await _ in subscription.signals { sink.yield(.changed) }
+                        sink.finish()
+                    }
+                    group.addTask {
+                        while !Task.isCancelled {
+                            try await Task.sleep(for: keepAlive)
+                            sink.yield(.keepAlive)
+                        }
+                    }
+                    var cursor = try await sendChanges(after: since, to: &writer)
+                    try await writer.write(Self.event("ready", id: nil, data: try JSONEncoder().encode(StreamReady(cursor: cursor))))
+                    for await event in events {
+                        switch event {
+                        case .changed: cursor = try await sendChanges(after: cursor, to: &writer)
+                        case .keepAlive: try await writer.write(ByteBuffer(string: ": keep-alive\n\n"))
+                        }
+                    }
+                    group.cancelAll()
+                }
+            } onGracefulShutdown: {
+                subscription.close()
+            }
+            try await writer.finish(nil)
+        })
+    }
+
+    func sendChanges(after start: ChangeCursor, to writer: inout any ResponseBodyWriter) async throws -> ChangeCursor {
+        var cursor = start
+        let encoder = JSONEncoder()
+        while true {
+            let page = try await storage.changes.changes(in: container, since: cursor, limit: Self.batch)
+            var buffer = ByteBuffer()
+            for change in page.changes {
+                buffer.writeImmutableBuffer(Self.event("change", id: change.cursor.rawValue, data: try encoder.encode(change)))
+            }
+            if buffer.readableBytes > 0 { try await writer.write(buffer) }
+            cursor = page.cursor
+            if !page.hasMore { return cursor }
+        }
+    }
+
+    static func event(_ name: String, id: String?, data: Data) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        if let id { buffer.writeString("id: \(id)\n") }
+        buffer.writeString("event: \(name)\ndata: ")
+        buffer.writeBytes(data)
+        buffer.writeString("\n\n")
+        return buffer
+    }
+}

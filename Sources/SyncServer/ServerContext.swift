@@ -1,0 +1,21 @@
+import Hummingbird
+import ServerStorage
+
+/// The per-request context: who is calling, once `AuthMiddleware` has checked the token.
+public struct ServerContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public var account: AccountRef?
+
+    public init(source: ApplicationRequestContextSource) {
+        self.coreContext = .init(source: source)
+        self.account = nil
+    }
+
+    /// Bodies are collected by the routes themselves, each with its own limit.
+    public var maxUploadSize: Int { 1 << 20 }
+
+    func requireAccount() throws -> AccountRef {
+        guard let account else { throw APIError(.unauthorized, "a bearer token is required") }
+        return account
+    }
+}

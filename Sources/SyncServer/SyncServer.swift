@@ -1,0 +1,316 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import ItemModel
+import Logging
+import NIOCore
+import ServerStorage
+import SyncAPI
+
+public struct SyncServerConfiguration: Sendable {
+    /// The largest content upload accepted; larger bodies get 413 `payload_too_large`.
+    public var maxUploadBytes: Int64
+    /// 1 MiB: the largest JSON body; item metadata with its attributes is far smaller.
+    public var maxJSONBytes: Int
+    /// How often an idle push stream sends a comment line, so that dead clients are noticed and
+    /// proxies keep the connection open.
+    public var keepAliveInterval: Duration
+
+    public init(maxUploadBytes: Int64 = 64 << 30, maxJSONBytes: Int = 1 << 20, keepAliveInterval: Duration = .seconds(15)) {
+        self.maxUploadBytes = maxUploadBytes
+        self.maxJSONBytes = maxJSONBytes
+        self.keepAliveInterval = keepAliveInterval
+    }
+}
+
+/// The sync server's HTTP face: routes, auth and the push stream, over `ServerStorage`.
+/// It knows no SQL and no file layout.
+public struct SyncServer: Sendable {
+    public let storage: ServerStorage
+    public let configuration: SyncServerConfiguration
+    public let hub: ChangeHub
+
+    public init(storage: ServerStorage, configuration: SyncServerConfiguration = .init(), hub: ChangeHub = ChangeHub()) {
+        self.storage = storage
+        self.configuration = configuration
+        self.hub = hub
+    }
+
+    public func makeRouter() -> Router<ServerContext> {
+        let router = Router(context: ServerContext.self)
+        router.add(middleware: ErrorMiddleware())
+        router.add(middleware: AuthMiddleware(accounts: storage.accounts))
+
+        router.get(RouterPath(APIPath.health)) { _, _ in try json(HealthResponse()) }
+        router.post(RouterPath(APIPath.token)) { request, context in try await issueToken(request, context) }
+
+        router.get(RouterPath(APIPath.containers)) { _, context in
+            let account = try context.requireAccount()
+            var infos: [ContainerInfo] = []
+            for c in try await storage.metadata.containers(of: account) {
+                infos.append(try await info(c))
+            }
+            return try json(ContainerList(containers: infos))
+        }
+        router.put("/v1/containers/:container") { _, context in
+            let account = try context.requireAccount()
+            let id = try containerID(context)
+            let existed = try await storage.metadata.container(id, of: account, create: false) != nil
+            let c = try await container(context, create: true)
+            return try json(try await info(c), status: existed ? .ok : .created)
+        }
+        router.get("/v1/containers/:container") { _, context in
+            try json(try await info(try await container(context)))
+        }
+
+        router.get("/v1/containers/:container/items/:item") { _, context in
+            let c = try await container(context)
+            return try json(try await liveItem(try itemID(context), c))
+        }
+        router.get("/v1/containers/:container/items/:item/children") { _, context in
+            let c = try await container(context)
+            return try json(ItemList(items: try await storage.metadata.children(of: try itemID(context), in: c)))
+        }
+        router.post("/v1/containers/:container/items") { request, context in
+            try await createItem(request, context)
+        }
+        router.patch("/v1/containers/:container/items/:item") { request, context in
+            let c = try await container(context)
+            let body = try await decode(UpdateItemRequest.self, request)
+            let update = ItemUpdate(
+                name: try body.name.map(validName), parentID: try body.parentID.map(wellFormed),
+                mode: body.mode.map { $0 & 0o7777 }, modified: body.modified)
+            let item = try await storage.metadata.updateItem(try itemID(context), base: body.baseRevision, update: update, in: c)
+            hub.publish(container: c.key)
+            return try json(item)
+        }
+        router.delete("/v1/containers/:container/items/:item") { request, context in
+            let c = try await container(context)
+            guard let base = request.uri.queryParameters["baseRevision"].map({ Revision(String($0)) }) else {
+                throw APIError(.invalidRequest, "baseRevision is required to delete")
+            }
+            let recursive = request.uri.queryParameters["recursive"].map { $0 == "true" || $0 == "1" } ?? false
+            let tombstones = try await storage.metadata.deleteItem(try itemID(context), base: base, recursive: recursive, in: c)
+            hub.publish(container: c.key)
+            return try json(DeleteResponse(deleted: tombstones))
+        }
+        router.put("/v1/containers/:container/items/:item/content") { request, context in
+            let c = try await container(context)
+            let body = try await decode(UpdateContentRequest.self, request)
+            let item = try await storage.metadata.updateContent(
+                try itemID(context), base: body.baseRevision, digest: body.digest, declaredSize: body.size,
+                modified: body.modified, in: c)
+            hub.publish(container: c.key)
+            return try json(item)
+        }
+        router.get("/v1/containers/:container/items/:item/content") { request, context in
+            let c = try await container(context)
+            let item = try await liveItem(try itemID(context), c)
+            guard item.kind == .file, let digest = item.digest else { throw APIError(.notAFile, "item '\(item.id)' is a folder") }
+            var response = try serveBlob(digest, request: request)
+            response.headers[.ubiqRevision] = item.revision.rawValue
+            return response
+        }
+        router.put("/v1/containers/:container/items/:item/xattrs") { request, context in
+            let c = try await container(context)
+            let body = try await decode(SetXattrsRequest.self, request)
+            let item = try await storage.metadata.setXattrs(try itemID(context), base: body.baseRevision, xattrs: body.xattrs, in: c)
+            hub.publish(container: c.key)
+            return try json(item)
+        }
+
+        router.get("/v1/containers/:container/changes") { request, context in
+            let c = try await container(context)
+            let since = ChangeCursor(String(request.uri.queryParameters["since"] ?? "0"))
+            let limit = request.uri.queryParameters["limit"].flatMap { Int(String($0)) } ?? 1000
+            guard (1...10_000).contains(limit) else { throw APIError(.invalidRequest, "limit must be 1…10000") }
+            let page = try await storage.changes.changes(in: c, since: since, limit: limit)
+            return try json(ChangePage(changes: page.changes, cursor: page.cursor, hasMore: page.hasMore))
+        }
+        router.get("/v1/containers/:container/changes/stream") { request, context in
+            let c = try await container(context)
+            let since = ChangeCursor(String(request.uri.queryParameters["since"] ?? "0"))
+            // Validate the cursor now, while an error can still be a status code.
+            _ = try await storage.changes.changes(in: c, since: since, limit: 1)
+            return PushStream(storage: storage, hub: hub, container: c, since: since, keepAlive: configuration.keepAliveInterval)
+                .response()
+        }
+
+        router.head("/v1/blobs/:digest") { _, context in
+            let account = try context.requireAccount()
+            let digest = try blobDigest(context)
+            guard let size = try await storage.metadata.blobSize(digest, for: account) else {
+                throw APIError(.blobNotFound, "no content with digest \(digest)")
+            }
+            return Response(status: .ok, headers: [.contentLength: String(size)])
+        }
+        router.get("/v1/blobs/:digest") { request, context in
+            let account = try context.requireAccount()
+            let digest = try blobDigest(context)
+            guard try await storage.metadata.blobSize(digest, for: account) != nil else {
+                throw APIError(.blobNotFound, "no content with digest \(digest)")
+            }
+            return try serveBlob(digest, request: request)
+        }
+        router.put("/v1/blobs/:digest") { request, context in try await uploadBlob(request, context) }
+        return router
+    }
+
+    // MARK: Handlers
+
+    func issueToken(_ request: Request, _ context: ServerContext) async throws -> Response {
+        let body = try await decode(TokenRequest.self, request)
+        // The same answer for an unknown user and a wrong password: no account enumeration.
+        guard let (account, hash) = try await storage.accounts.passwordHash(account: body.user),
+              Credentials.verifyPassword(body.password, against: hash)
+        else { throw APIError(.invalidCredentials, "unknown user or wrong password") }
+        let token = Credentials.newToken()
+        try await storage.accounts.addToken(hash: Credentials.hashToken(token), for: account, created: WallClock.now())
+        return try json(TokenResponse(token: token, account: account.name), status: .created)
+    }
+
+    func createItem(_ request: Request, _ context: ServerContext) async throws -> Response {
+        let c = try await container(context, create: true)
+        let body = try await decode(CreateItemRequest.self, request)
+        if body.kind == .folder && (body.digest != nil || (body.size ?? 0) != 0) {
+            throw APIError(.invalidRequest, "a folder has no content: omit digest and size")
+        }
+        let now = WallClock.now()
+        let new = NewItem(
+            id: try body.id.map(wellFormed) ?? ItemID.random(), parentID: try wellFormed(body.parentID),
+            name: try validName(body.name), kind: body.kind, digest: body.digest, declaredSize: body.size,
+            mode: (body.mode ?? ItemMetadata.defaultMode(for: body.kind)) & 0o7777,
+            created: body.created ?? now, modified: body.modified ?? body.created ?? now, xattrs: body.xattrs ?? [:])
+        let item = try await storage.metadata.createItem(new, in: c)
+        hub.publish(container: c.key)
+        return try json(item, status: .created)
+    }
+
+    func uploadBlob(_ request: Request, _ context: ServerContext) async throws -> Response {
+        let account = try context.requireAccount()
+        let declared = try blobDigest(context)
+        if let length = request.headers[.contentLength].flatMap({ Int64($0) }), length > configuration.maxUploadBytes {
+            throw APIError(.payloadTooLarge, "the body is \(length) bytes; this server accepts at most \(configuration.maxUploadBytes)")
+        }
+        let writer = try storage.blobs.makeWriter()
+        defer { writer.abort() }
+        for try await buffer in request.body {
+            if writer.bytesWritten + Int64(buffer.readableBytes) > configuration.maxUploadBytes {
+                throw APIError(.payloadTooLarge, "the body is larger than \(configuration.maxUploadBytes) bytes; nothing was stored")
+            }
+            try buffer.withUnsafeReadableBytes { try writer.write($0) }
+        }
+        let (digest, size) = try writer.commit(expecting: declared)
+        // The blob is durable on disk before the account is given access to it, and both
+        // before the answer: an acknowledged upload survives a crash.
+        try await storage.metadata.recordBlob(digest, size: size, for: account)
+        return try json(BlobInfo(digest: digest, size: size), status: .created)
+    }
+
+    /// Streams a blob, honouring a single `Range` and `If-Range` (by ETag, the digest).
+    func serveBlob(_ digest: ContentDigest, request: Request) throws -> Response {
+        let reader = try storage.blobs.openReader(digest)
+        let size = reader.size
+        let etag = "\"\(digest.hex)\""
+        var range = ByteRange.parse(request.headers[.range], size: size)
+        if let ifRange = request.headers[.ifRange], ifRange != etag { range = .whole }
+        var headers: HTTPFields = [
+            .contentType: "application/octet-stream", .eTag: etag, .acceptRanges: "bytes",
+        ]
+        let span: ClosedRange<Int64>?
+        let status: HTTPResponse.Status
+        switch range {
+        case .whole:
+            span = size > 0 ? 0...(size - 1) : nil
+            status = .ok
+        case .partial(let r):
+            span = r
+            status = .partialContent
+            headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound)/\(size)"
+        case .unsatisfiable:
+            reader.close()
+            var error = APIError(.rangeNotSatisfiable, "the content is \(size) bytes long").makeResponse()
+            error.headers[.contentRange] = "bytes */\(size)"
+            return error
+        }
+        guard let span else {
+            reader.close()
+            return Response(status: status, headers: headers, body: .init())
+        }
+        let length = span.upperBound - span.lowerBound + 1
+        let body = ResponseBody(contentLength: Int(length)) { writer in
+            defer { reader.close() }
+            // 256 KiB chunks: large enough that per-chunk overhead vanishes, small enough to
+            // keep many concurrent downloads cheap in memory.
+            let chunk = 256 * 1024
+            var offset = span.lowerBound
+            let allocator = ByteBufferAllocator()
+            while offset <= span.upperBound {
+                let want = Int(min(Int64(chunk), span.upperBound - offset + 1))
+                var buffer = allocator.buffer(capacity: want)
+                let got = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want) { ptr in
+                    try reader.read(at: offset, into: UnsafeMutableRawBufferPointer(rebasing: ptr[0..<want]))
+                }
+                if got == 0 { throw APIError(.internalError, "content ended early") }
+                offset += Int64(got)
+                try await writer.write(buffer)
+            }
+            try await writer.finish(nil)
+        }
+        return Response(status: status, headers: headers, body: body)
+    }
+
+    // MARK: Helpers
+
+    func containerID(_ context: ServerContext) throws -> ContainerID {
+        let raw = try context.parameters.require("container")
+        do { return try ContainerID(raw) } catch { throw APIError(.invalidContainerID, error.description) }
+    }
+
+    func container(_ context: ServerContext, create: Bool = false) async throws -> ContainerRef {
+        let account = try context.requireAccount()
+        let id = try containerID(context)
+        guard let c = try await storage.metadata.container(id, of: account, create: create) else {
+            throw APIError(.containerNotFound, "no container '\(id)'")
+        }
+        return c
+    }
+
+    func info(_ c: ContainerRef) async throws -> ContainerInfo {
+        ContainerInfo(id: c.id, created: c.created, cursor: try await storage.changes.latestCursor(in: c))
+    }
+
+    func itemID(_ context: ServerContext) throws -> ItemID {
+        try wellFormed(ItemID(try context.parameters.require("item")))
+    }
+
+    func liveItem(_ id: ItemID, _ c: ContainerRef) async throws -> ItemMetadata {
+        guard let item = try await storage.metadata.item(id, in: c) else { throw APIError(.itemNotFound, "no item '\(id)'") }
+        return item
+    }
+
+    func blobDigest(_ context: ServerContext) throws -> ContentDigest {
+        let raw = try context.parameters.require("digest")
+        do { return try ContentDigest(hex: raw) } catch { throw APIError(.invalidDigest, error.description) }
+    }
+
+    func decode<T: Decodable>(_ type: T.Type, _ request: Request) async throws -> T {
+        var request = request
+        let buffer = try await request.collectBody(upTo: configuration.maxJSONBytes)
+        return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+    }
+}
+
+func wellFormed(_ id: ItemID) throws -> ItemID {
+    guard id.isWellFormed else { throw APIError(.invalidItemID, "'\(id.rawValue.prefix(80))' is not an item id") }
+    return id
+}
+
+func validName(_ raw: String) throws -> ItemName {
+    do { return try ItemName(raw) } catch { throw APIError(.invalidName, error.description) }
+}
+
+func json<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {
+    let data = try JSONEncoder().encode(value)
+    return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+}

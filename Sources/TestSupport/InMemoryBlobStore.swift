@@ -1,0 +1,60 @@
+import Crypto
+import Foundation
+import ItemModel
+import ServerStorage
+import Synchronization
+
+/// Blobs in a dictionary: a second `BlobStore` for the conformance suite and for unit tests.
+public final class InMemoryBlobStore: BlobStore, Sendable {
+    let blobs = Mutex<[ContentDigest: [UInt8]]>([:])
+
+    public init() {}
+
+    public func makeWriter() throws -> any BlobWriter { Writer(store: self) }
+
+    public func size(of digest: ContentDigest) throws -> Int64? {
+        if digest == .empty { return 0 }
+        return blobs.withLock { $0[digest].map { Int64($0.count) } }
+    }
+
+    public func openReader(_ digest: ContentDigest) throws -> any BlobReader {
+        let bytes = digest == .empty ? [] : blobs.withLock { $0[digest] }
+        guard let bytes else { throw BlobStoreError.notFound(digest) }
+        return Reader(bytes: bytes)
+    }
+
+    public var count: Int { blobs.withLock { $0.count } }
+
+    final class Writer: BlobWriter {
+        let store: InMemoryBlobStore
+        var bytes: [UInt8] = []
+        var bytesWritten: Int64 { Int64(bytes.count) }
+        init(store: InMemoryBlobStore) { self.store = store }
+
+        func write(_ buffer: UnsafeRawBufferPointer) throws { bytes.append(contentsOf: buffer) }
+
+        func commit(expecting expected: ContentDigest?) throws -> (digest: ContentDigest, size: Int64) {
+            let digest = ContentDigest(bytes: SHA256.hash(data: bytes))
+            if let expected, expected != digest { throw BlobStoreError.digestMismatch(declared: expected, actual: digest) }
+            store.blobs.withLock { $0[digest] = bytes }
+            return (digest, Int64(bytes.count))
+        }
+
+        func abort() { bytes = [] }
+    }
+
+    final class Reader: BlobReader, Sendable {
+        let bytes: [UInt8]
+        init(bytes: [UInt8]) { self.bytes = bytes }
+        var size: Int64 { Int64(bytes.count) }
+        func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+            guard offset < bytes.count else { return 0 }
+            let n = min(buffer.count, bytes.count - Int(offset))
+            bytes.withUnsafeBytes { src in
+                buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[Int(offset)..<(Int(offset) + n)]))
+            }
+            return n
+        }
+        func close() {}
+    }
+}

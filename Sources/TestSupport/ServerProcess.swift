@@ -1,0 +1,101 @@
+import Foundation
+
+/// A real `ubiq-server` process on loopback, with its own data folder.
+///
+/// Starts the built executable (see `Binaries`), waits for its "listening on" line and reads
+/// the port from it (it listens on port 0, so parallel tests never collide).
+public final class ServerProcess: @unchecked Sendable {
+    // Unchecked: `process` is replaced only by `restart`, which tests call from one task.
+    public let dataDirectory: String
+    let workDirectory: TempDirectory
+    let extraArguments: [String]
+    private(set) var process: Process
+    public private(set) var port: Int
+
+    public var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    public static func start(extraArguments: [String] = []) async throws -> ServerProcess {
+        let work = try TempDirectory("ubiq-server")
+        let (process, port) = try await launch(data: work.path + "/data", log: work.path, extra: extraArguments)
+        return ServerProcess(work: work, process: process, port: port, extra: extraArguments)
+    }
+
+    init(work: TempDirectory, process: Process, port: Int, extra: [String]) {
+        self.workDirectory = work
+        self.dataDirectory = work.path + "/data"
+        self.process = process
+        self.port = port
+        self.extraArguments = extra
+    }
+
+    static func launch(data: String, log: String, extra: [String]) async throws -> (Process, Int) {
+        let stdoutPath = log + "/stdout-\(UUID().uuidString)"
+        _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Binaries.path("ubiq-server"))
+        process.arguments = ["--data", data, "--listen", "127.0.0.1:0", "--log-level", "warning"] + extra
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: stdoutPath))
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: log + "/stderr"))
+        try process.run()
+        var port: Int?
+        try await eventually(timeout: .seconds(30), "ubiq-server to listen") {
+            guard process.isRunning else {
+                let err = (try? String(contentsOfFile: log + "/stderr", encoding: .utf8)) ?? ""
+                throw TestSupportError("ubiq-server exited with \(process.terminationStatus): \(err)")
+            }
+            let out = (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? ""
+            guard let line = out.split(separator: "\n").first(where: { $0.contains("listening on") }),
+                  let p = line.split(separator: ":").last.flatMap({ Int($0) }) else { return false }
+            port = p
+            return true
+        }
+        return (process, port!)
+    }
+
+    /// Creates an account through the real CLI (`ubiq-server account add --password-stdin`).
+    public func addAccount(_ name: String, password: String) async throws {
+        let result = try await run(
+            Binaries.path("ubiq-server"), ["account", "add", name, "--password-stdin", "--data", dataDirectory],
+            stdin: password + "\n")
+        guard result.status == 0 else { throw TestSupportError("account add failed: \(result.stderr)") }
+    }
+
+    /// `kill -9`: no shutdown code runs.
+    public func kill9() {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    /// Starts the server again on the same data folder (on a new port).
+    public func restart() async throws {
+        if process.isRunning { kill9() }
+        let (p, port) = try await Self.launch(data: dataDirectory, log: workDirectory.path, extra: extraArguments)
+        self.process = p
+        self.port = port
+    }
+
+    /// SIGTERM, a bounded wait, then SIGKILL; removes the data folder.
+    public func stop() async {
+        if process.isRunning {
+            process.terminate()
+            try? await eventually(timeout: .seconds(10), "ubiq-server to exit") { !self.process.isRunning }
+            if process.isRunning { kill9() }
+        }
+        workDirectory.remove()
+    }
+
+    public var isRunning: Bool { process.isRunning }
+}
+
+/// Runs `body` with a started server and always stops it.
+public func withServer<T>(extraArguments: [String] = [], _ body: (ServerProcess) async throws -> T) async throws -> T {
+    let server = try await ServerProcess.start(extraArguments: extraArguments)
+    do {
+        let result = try await body(server)
+        await server.stop()
+        return result
+    } catch {
+        await server.stop()
+        throw error
+    }
+}

@@ -1,0 +1,340 @@
+import Foundation
+import ItemModel
+import ServerStorage
+
+/// One storage implementation under test: how to make a fresh, empty one.
+public struct StorageBackend: Sendable, CustomStringConvertible {
+    public let description: String
+    public let make: @Sendable () throws -> (ServerStorage, cleanup: @Sendable () -> Void)
+
+    public init(_ name: String, make: @escaping @Sendable () throws -> (ServerStorage, cleanup: @Sendable () -> Void)) {
+        self.description = name
+        self.make = make
+    }
+
+    /// Every implementation the project has. A new backend joins here and the whole suite runs over it.
+    public static let all: [StorageBackend] = [
+        StorageBackend("sqlite-file+blob-folder") {
+            let dir = try TempDirectory("ubiq-storage")
+            return (try ServerStorage.embedded(dataDirectory: dir.path), { dir.remove() })
+        },
+        StorageBackend("sqlite-memory+memory-blobs") {
+            let metadata = try SQLiteMetadataStore.inMemory()
+            return (ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, blobs: InMemoryBlobStore()), {})
+        },
+    ]
+}
+
+/// A failed expectation inside the conformance suite.
+public struct ConformanceFailure: Error, CustomStringConvertible {
+    public let description: String
+}
+
+func expect(_ condition: Bool, _ message: @autoclosure () -> String, line: Int = #line) throws {
+    if !condition { throw ConformanceFailure(description: "line \(line): \(message())") }
+}
+
+func expectStorageError<T>(
+    _ what: String, line: Int = #line, _ matches: (StorageError) -> Bool, _ body: () async throws -> T
+) async throws {
+    do {
+        _ = try await body()
+    } catch let error as StorageError {
+        try expect(matches(error), "\(what): unexpected \(error)", line: line)
+        return
+    }
+    throw ConformanceFailure(description: "line \(line): \(what): expected a refusal, got success")
+}
+
+/// The storage conformance suite: the behaviour SyncServer relies on, checked on every backend.
+public struct StorageConformance: Sendable, CustomStringConvertible {
+    public let description: String
+    let body: @Sendable (Fixture) async throws -> Void
+
+    public func run(on backend: StorageBackend) async throws {
+        let (storage, cleanup) = try backend.make()
+        defer { cleanup() }
+        try await body(try await Fixture(storage))
+    }
+
+    /// A fresh storage with one account ("alice") and her "default" container.
+    public struct Fixture: Sendable {
+        public let storage: ServerStorage
+        public let alice: AccountRef
+        public let container: ContainerRef
+
+        init(_ storage: ServerStorage) async throws {
+            self.storage = storage
+            alice = try await storage.accounts.addAccount(name: "alice", passwordHash: "x")
+            container = try await storage.metadata.container(.default, of: alice, create: true)!
+        }
+
+        var m: any MetadataStore { storage.metadata }
+
+        func blob(_ text: String) async throws -> ContentDigest {
+            let writer = try storage.blobs.makeWriter()
+            try Array(text.utf8).withUnsafeBytes { try writer.write($0) }
+            let (digest, size) = try writer.commit(expecting: nil)
+            try await m.recordBlob(digest, size: size, for: alice)
+            return digest
+        }
+
+        func file(_ name: String, in parent: ItemID = .root, _ text: String = "") async throws -> ItemMetadata {
+            let digest = try await blob(text)
+            return try await m.createItem(newItem(name, parent: parent, kind: .file, digest: digest), in: container)
+        }
+
+        func folder(_ name: String, in parent: ItemID = .root) async throws -> ItemMetadata {
+            try await m.createItem(newItem(name, parent: parent, kind: .folder), in: container)
+        }
+
+        func newItem(_ name: String, parent: ItemID = .root, kind: ItemKind, digest: ContentDigest? = nil, id: ItemID = .random(), size: Int64? = nil) throws -> NewItem {
+            NewItem(id: id, parentID: parent, name: try ItemName(name), kind: kind, digest: digest, declaredSize: size,
+                    mode: ItemMetadata.defaultMode(for: kind), created: 1, modified: 2, xattrs: [:])
+        }
+
+        func allChanges(since: ChangeCursor = .start) async throws -> [ItemChange] {
+            var out: [ItemChange] = []
+            var cursor = since
+            while true {
+                let page = try await storage.changes.changes(in: container, since: cursor, limit: 3)
+                out += page.changes
+                cursor = page.cursor
+                if !page.hasMore { return out }
+            }
+        }
+    }
+
+    init(_ name: String, _ body: @escaping @Sendable (Fixture) async throws -> Void) {
+        self.description = name
+        self.body = body
+    }
+
+    public static let all: [StorageConformance] = [
+        StorageConformance("accounts and tokens") { f in
+            let s = f.storage.accounts
+            try await expectStorageError("duplicate account", { if case .accountExists = $0 { true } else { false } }) {
+                try await s.addAccount(name: "alice", passwordHash: "y")
+            }
+            try await expectStorageError("bad account name", { if case .invalidAccountName = $0 { true } else { false } }) {
+                try await s.addAccount(name: "a b", passwordHash: "y")
+            }
+            let bob = try await s.addAccount(name: "bob", passwordHash: "h")
+            try expect(try await s.accounts().map(\.name) == ["alice", "bob"], "accounts listed by name")
+            try await s.addToken(hash: "t1", for: bob, created: 0)
+            try expect(try await s.account(tokenHash: "t1") == bob, "token finds its account")
+            try expect(try await s.account(tokenHash: "nope") == nil, "unknown token finds nothing")
+            try expect(try await s.passwordHash(account: "bob")?.1 == "h", "password hash stored")
+            _ = try await f.m.container(.default, of: bob, create: true)
+            try await s.removeAccount(name: "bob")
+            try expect(try await s.account(tokenHash: "t1") == nil, "removing an account revokes its tokens")
+            try expect(try await s.accounts().map(\.name) == ["alice"], "removed account is gone")
+            try await expectStorageError("remove unknown", { if case .accountNotFound = $0 { true } else { false } }) {
+                try await s.removeAccount(name: "bob")
+            }
+        },
+        StorageConformance("containers are per account") { f in
+            let bob = try await f.storage.accounts.addAccount(name: "bob", passwordHash: "h")
+            try expect(try await f.m.container(.default, of: bob, create: false) == nil, "bob does not see alice's container")
+            let bobs = try await f.m.container(.default, of: bob, create: true)!
+            try expect(bobs.key != f.container.key, "same name, different container")
+            _ = try await f.file("a.txt", "alice's")
+            try expect(try await f.m.children(of: .root, in: bobs).isEmpty, "bob's container is empty")
+            let other = try await f.m.container(try ContainerID("iCloud.com.example.app"), of: f.alice, create: true)!
+            try expect(try await f.m.containers(of: f.alice).map(\.id.rawValue) == ["default", "iCloud.com.example.app"], "listing")
+            try expect(try await f.m.item(.root, in: other)?.kind == .folder, "a new container has a root folder")
+            try expect(try await f.m.container(.default, of: f.alice, create: true) == f.container, "create is idempotent")
+        },
+        StorageConformance("create files and folders") { f in
+            let docs = try await f.folder("Documents")
+            let a = try await f.file("a.txt", in: docs.id, "hello")
+            try expect(a.size == 5 && a.digest != nil && a.parentID == docs.id && a.created == 1 && a.modified == 2, "file metadata \(a)")
+            let empty = try await f.m.createItem(try f.newItem("empty", kind: .file), in: f.container)
+            try expect(empty.size == 0 && empty.digest == .empty, "a file without digest is empty")
+            try expect(try await f.m.children(of: docs.id, in: f.container) == [a], "children")
+            try await expectStorageError("name clash", { if case .nameExists(let e) = $0 { e.id == a.id } else { false } }) {
+                try await f.file("a.txt", in: docs.id)
+            }
+            try await expectStorageError("missing blob", { if case .blobNotFound = $0 { true } else { false } }) {
+                try await f.m.createItem(try f.newItem("b", kind: .file, digest: sha256(Data("never uploaded".utf8))), in: f.container)
+            }
+            let digest = try await f.blob("12345")
+            try await expectStorageError("size mismatch", { if case .sizeMismatch = $0 { true } else { false } }) {
+                try await f.m.createItem(try f.newItem("c", kind: .file, digest: digest, size: 4), in: f.container)
+            }
+            try await expectStorageError("parent is a file", { if case .notAFolder = $0 { true } else { false } }) {
+                try await f.file("x", in: a.id)
+            }
+            try await expectStorageError("parent missing", { if case .itemNotFound = $0 { true } else { false } }) {
+                try await f.file("x", in: ItemID.random())
+            }
+            // A retried create with the same id gives the same item back; another use of the id is refused.
+            let id = ItemID.random()
+            let first = try await f.m.createItem(try f.newItem("retry", kind: .folder, id: id), in: f.container)
+            let again = try await f.m.createItem(try f.newItem("retry", kind: .folder, id: id), in: f.container)
+            try expect(first == again, "retried create is idempotent")
+            try await expectStorageError("id taken", { if case .itemIDTaken = $0 { true } else { false } }) {
+                try await f.m.createItem(try f.newItem("other", kind: .folder, id: id), in: f.container)
+            }
+            try await expectStorageError("bad xattr", { if case .invalidXattr = $0 { true } else { false } }) {
+                var n = try f.newItem("x", kind: .folder)
+                n.xattrs = ["user.ubiq.pinned": Data("1".utf8)]
+                return try await f.m.createItem(n, in: f.container)
+            }
+        },
+        StorageConformance("content updates check the base revision") { f in
+            let a = try await f.file("a.txt", "v1")
+            let v2 = try await f.blob("version 2")
+            let b = try await f.m.updateContent(a.id, base: a.revision, digest: v2, declaredSize: 9, modified: 7, in: f.container)
+            try expect(b.revision != a.revision && b.size == 9 && b.digest == v2 && b.modified == 7, "new revision \(b)")
+            let v3 = try await f.blob("version 3")
+            try await expectStorageError("stale base", { if case .revisionConflict(let cur) = $0 { cur == b } else { false } }) {
+                try await f.m.updateContent(a.id, base: a.revision, digest: v3, declaredSize: nil, modified: nil, in: f.container)
+            }
+            try expect(try await f.m.item(a.id, in: f.container) == b, "a refused upload changes nothing")
+            try await expectStorageError("folder has no content", { if case .notAFile = $0 { true } else { false } }) {
+                try await f.m.updateContent(.root, base: Revision("1"), digest: v3, declaredSize: nil, modified: nil, in: f.container)
+            }
+        },
+        StorageConformance("concurrent uploads from one base: exactly one wins") { f in
+            let a = try await f.file("a.txt", "base")
+            var digests: [ContentDigest] = []
+            for i in 0..<16 { digests.append(try await f.blob("edit \(i)")) }
+            let m = f.m, container = f.container
+            let results = await withTaskGroup(of: Result<ItemMetadata, Error>.self) { group in
+                for d in digests {
+                    group.addTask {
+                        do { return .success(try await m.updateContent(a.id, base: a.revision, digest: d, declaredSize: nil, modified: nil, in: container)) }
+                        catch { return .failure(error) }
+                    }
+                }
+                var all: [Result<ItemMetadata, Error>] = []
+                for await r in group { all.append(r) }
+                return all
+            }
+            let winners = results.compactMap { try? $0.get() }
+            try expect(winners.count == 1, "\(winners.count) uploads won")
+            for case .failure(let e) in results {
+                guard case StorageError.revisionConflict(let current) = e else { throw ConformanceFailure(description: "loser got \(e)") }
+                try expect(current == winners[0], "losers see the winner as current")
+            }
+        },
+        StorageConformance("rename and move") { f in
+            let a = try await f.folder("A")
+            let b = try await f.folder("B", in: a.id)
+            let x = try await f.file("x.txt", in: b.id, "x")
+            let moved = try await f.m.updateItem(x.id, base: x.revision, update: ItemUpdate(name: try ItemName("y.txt"), parentID: a.id), in: f.container)
+            try expect(moved.name == "y.txt" && moved.parentID == a.id && moved.digest == x.digest, "moved \(moved)")
+            try await expectStorageError("stale base", { if case .revisionConflict = $0 { true } else { false } }) {
+                try await f.m.updateItem(x.id, base: x.revision, update: ItemUpdate(name: try ItemName("z")), in: f.container)
+            }
+            try await expectStorageError("into itself", { if case .invalidMove = $0 { true } else { false } }) {
+                try await f.m.updateItem(a.id, base: a.revision, update: ItemUpdate(parentID: a.id), in: f.container)
+            }
+            try await expectStorageError("below itself", { if case .invalidMove = $0 { true } else { false } }) {
+                try await f.m.updateItem(a.id, base: a.revision, update: ItemUpdate(parentID: b.id), in: f.container)
+            }
+            try await expectStorageError("name taken", { if case .nameExists = $0 { true } else { false } }) {
+                try await f.m.updateItem(b.id, base: b.revision, update: ItemUpdate(name: try ItemName("y.txt")), in: f.container)
+            }
+            try await expectStorageError("root", { if case .rootIsImmutable = $0 { true } else { false } }) {
+                try await f.m.updateItem(.root, base: Revision("1"), update: ItemUpdate(name: try ItemName("r")), in: f.container)
+            }
+            let chmod = try await f.m.updateItem(moved.id, base: moved.revision, update: ItemUpdate(mode: 0o600, modified: 99), in: f.container)
+            try expect(chmod.mode == 0o600 && chmod.modified == 99 && chmod.name == "y.txt", "chmod and touch")
+        },
+        StorageConformance("delete leaves tombstones") { f in
+            let d = try await f.folder("D")
+            let e = try await f.folder("E", in: d.id)
+            let x = try await f.file("x", in: e.id, "x")
+            try await expectStorageError("not empty", { if case .folderNotEmpty = $0 { true } else { false } }) {
+                try await f.m.deleteItem(d.id, base: d.revision, recursive: false, in: f.container)
+            }
+            try await expectStorageError("stale base", { if case .revisionConflict = $0 { true } else { false } }) {
+                try await f.m.deleteItem(x.id, base: Revision("999999"), recursive: false, in: f.container)
+            }
+            let gone = try await f.m.deleteItem(d.id, base: d.revision, recursive: true, in: f.container)
+            try expect(gone.map(\.id) == [x.id, e.id, d.id] && gone.allSatisfy(\.deleted), "children first: \(gone.map(\.name))")
+            try expect(try await f.m.item(x.id, in: f.container) == nil, "deleted items are not found")
+            try expect(try await f.m.children(of: .root, in: f.container).isEmpty, "root is empty")
+            let again = try await f.folder("D")
+            try expect(again.id != d.id, "a name is free again after delete")
+            let log = try await f.allChanges()
+            try expect(log.filter { $0.kind == .delete }.map(\.item.id) == [x.id, e.id, d.id], "tombstones in the log")
+            try await expectStorageError("root", { if case .rootIsImmutable = $0 { true } else { false } }) {
+                try await f.m.deleteItem(.root, base: nil, recursive: true, in: f.container)
+            }
+        },
+        StorageConformance("synced xattrs") { f in
+            let a = try await f.file("a", "a")
+            let tagged = try await f.m.setXattrs(a.id, base: a.revision, xattrs: ["user.xdg.tags": Data("work".utf8)], in: f.container)
+            try expect(tagged.xattrs["user.xdg.tags"] == Data("work".utf8) && tagged.revision != a.revision, "xattr set")
+            try await expectStorageError("stale base", { if case .revisionConflict = $0 { true } else { false } }) {
+                try await f.m.setXattrs(a.id, base: a.revision, xattrs: [:], in: f.container)
+            }
+            for bad in ["security.x", "user.ubiq.pinned", "user.", "trusted.x"] {
+                try await expectStorageError("xattr \(bad)", { if case .invalidXattr = $0 { true } else { false } }) {
+                    try await f.m.setXattrs(a.id, base: nil, xattrs: [bad: Data()], in: f.container)
+                }
+            }
+            try await expectStorageError("too large", { if case .invalidXattr = $0 { true } else { false } }) {
+                try await f.m.setXattrs(a.id, base: nil, xattrs: ["user.big": Data(count: 65_537)], in: f.container)
+            }
+        },
+        StorageConformance("change log: ordered, compacted, paged") { f in
+            let start = try await f.storage.changes.latestCursor(in: f.container)
+            let a = try await f.file("a", "1")
+            let b = try await f.folder("b")
+            let a2 = try await f.m.updateItem(a.id, base: a.revision, update: ItemUpdate(name: try ItemName("a2")), in: f.container)
+            let c = try await f.file("c", in: b.id, "3")
+            let changes = try await f.allChanges(since: start)
+            try expect(changes.map(\.item.id) == [b.id, a.id, c.id], "latest change per item, in commit order: \(changes.map(\.item.name))")
+            try expect(changes[1].item == a2, "an item's entry is its latest state")
+            try expect(zip(changes, changes.dropFirst()).allSatisfy { Int($0.cursor.rawValue)! < Int($1.cursor.rawValue)! }, "cursors increase")
+            try expect(changes.allSatisfy { $0.item.revision.rawValue == $0.cursor.rawValue }, "revision is the change's position")
+            let latest = try await f.storage.changes.latestCursor(in: f.container)
+            try expect(latest == changes.last!.cursor, "latest cursor")
+            let none = try await f.storage.changes.changes(in: f.container, since: latest, limit: 10)
+            try expect(none.changes.isEmpty && none.cursor == latest && !none.hasMore, "nothing after the latest")
+            let full = try await f.allChanges()
+            try expect(full.first?.item.id == .root && full.count == 4, "since start: a snapshot with the root")
+            try await expectStorageError("bad cursor", { if case .invalidCursor = $0 { true } else { false } }) {
+                try await f.storage.changes.changes(in: f.container, since: ChangeCursor("abc"), limit: 10)
+            }
+            // Another account's container has its own log.
+            let bob = try await f.storage.accounts.addAccount(name: "bob", passwordHash: "h")
+            let bobs = try await f.m.container(.default, of: bob, create: true)!
+            let bobLog = try await f.storage.changes.changes(in: bobs, since: .start, limit: 100)
+            try expect(bobLog.changes.map(\.item.id) == [.root], "bob's log holds only his root")
+        },
+        StorageConformance("blobs: digest checked, per-account access, ranges") { f in
+            let content = Data((0..<100_000).map { UInt8($0 % 251) })
+            let writer = try f.storage.blobs.makeWriter()
+            try content.withUnsafeBytes { try writer.write($0) }
+            let (digest, size) = try writer.commit(expecting: sha256(content))
+            try expect(digest == sha256(content) && size == 100_000, "digest and size")
+            try expect(try f.storage.blobs.size(of: digest) == 100_000, "size(of:)")
+            let reader = try f.storage.blobs.openReader(digest)
+            var buffer = [UInt8](repeating: 0, count: 10)
+            let n = try buffer.withUnsafeMutableBytes { try reader.read(at: 99_995, into: $0) }
+            try expect(n == 5 && Array(buffer.prefix(5)) == Array(content.suffix(5)), "read at an offset")
+            reader.close()
+
+            let bad = try f.storage.blobs.makeWriter()
+            try Array("not what was declared".utf8).withUnsafeBytes { try bad.write($0) }
+            do {
+                _ = try bad.commit(expecting: sha256(Data("something else".utf8)))
+                throw ConformanceFailure(description: "a mismatching digest was accepted")
+            } catch BlobStoreError.digestMismatch {}
+            try expect(try f.storage.blobs.size(of: sha256(Data("not what was declared".utf8))) == nil, "a refused blob is not stored")
+
+            try expect(try await f.m.blobSize(digest, for: f.alice) == nil, "not usable before it is recorded")
+            try await f.m.recordBlob(digest, size: size, for: f.alice)
+            try expect(try await f.m.blobSize(digest, for: f.alice) == 100_000, "usable by the uploader")
+            let bob = try await f.storage.accounts.addAccount(name: "bob", passwordHash: "h")
+            try expect(try await f.m.blobSize(digest, for: bob) == nil, "another account cannot probe it")
+            try expect(try await f.m.blobSize(.empty, for: bob) == 0, "everyone has the empty blob")
+            try expect(try f.storage.blobs.openReader(.empty).size == 0, "the empty blob reads")
+        },
+    ]
+}

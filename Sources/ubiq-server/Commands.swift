@@ -1,0 +1,197 @@
+import ArgumentParser
+import Foundation
+import ItemModel
+import Logging
+import ServerStorage
+import ServiceLifecycle
+import SyncServer
+
+struct UbiqServer: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ubiq-server",
+        abstract: "The ubiq sync server: keeps cloud containers and serves them over HTTP.",
+        subcommands: [Serve.self, Account.self],
+        defaultSubcommand: Serve.self)
+}
+
+/// A failure the user should read: one line on stderr, exit 1.
+struct Failure: Error, CustomStringConvertible {
+    let description: String
+    init(_ message: String) { description = message }
+
+    static func exitCode(for error: Error, command: any ParsableCommand.Type) -> Int32 {
+        if let failure = error as? Failure {
+            FileHandle.standardError.write(Data("ubiq-server: \(failure.description)\n".utf8))
+            return 1
+        }
+        let code = command.exitCode(for: error)
+        if code == .success {
+            print(command.fullMessage(for: error))
+            return 0
+        }
+        if code == .validationFailure {
+            FileHandle.standardError.write(Data((command.fullMessage(for: error) + "\n").utf8))
+            return 2
+        }
+        let message: String
+        switch error {
+        case let e as StorageError: message = describe(e)
+        case let e as BlobStoreError: message = "storage: \(e)"
+        default: message = command.fullMessage(for: error)
+        }
+        FileHandle.standardError.write(Data("ubiq-server: \(message)\n".utf8))
+        return 1
+    }
+
+    static func describe(_ error: StorageError) -> String {
+        switch error {
+        case .accountExists(let n): "account '\(n)' already exists"
+        case .accountNotFound(let n): "no account '\(n)'"
+        case .invalidAccountName(let n): "'\(n)' is not a valid account name (1-64 of A-Z a-z 0-9 . _ - @)"
+        default: "\(error)"
+        }
+    }
+}
+
+struct DataOption: ParsableArguments {
+    @Option(name: .long, help: "Data folder (default: $XDG_DATA_HOME/ubiq/server).")
+    var data: String?
+
+    var directory: String {
+        if let data { return data }
+        let env = ProcessInfo.processInfo.environment
+        let base = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ((env["HOME"] ?? "/root") + "/.local/share")
+        return base + "/ubiq/server"
+    }
+
+    func openStorage() throws -> ServerStorage {
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw Failure("cannot create data folder \(directory): \(error.localizedDescription)")
+        }
+        return try ServerStorage.embedded(dataDirectory: directory)
+    }
+}
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Run the server (the default command).")
+
+    @OptionGroup var data: DataOption
+
+    @Option(name: .long, help: "Address to listen on, HOST:PORT (port 0 picks a free one).")
+    var listen: String = "127.0.0.1:8420"
+
+    @Option(name: .long, help: "Largest content upload accepted, in bytes.")
+    var maxUploadBytes: Int64 = 64 << 30
+
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String = "info"
+
+    func validate() throws {
+        _ = try ListenAddress(listen)
+        guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
+    }
+
+    func run() async throws {
+        let address = try ListenAddress(listen)
+        var logger = Logger(label: "ubiq.server")
+        logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+        let storage = try data.openStorage()
+        let server = SyncServer(storage: storage, configuration: .init(maxUploadBytes: maxUploadBytes))
+        let app = server.makeApplication(host: address.host, port: address.port, logger: logger) { port in
+            // Tests and scripts wait for this line (and read the port from it when listening on 0).
+            print("ubiq-server listening on \(address.host):\(port)")
+            fflush(nil)
+        }
+        let group = ServiceGroup(configuration: .init(
+            services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        do {
+            try await group.run()
+        } catch {
+            throw Failure("cannot serve on \(listen): \(error)")
+        }
+    }
+}
+
+struct ListenAddress {
+    let host: String
+    let port: Int
+
+    init(_ text: String) throws {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
+            throw ValidationError("--listen takes HOST:PORT, for example 127.0.0.1:8420")
+        }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw ValidationError("--listen needs a host, for example 127.0.0.1:8420") }
+        self.host = host
+        self.port = port
+    }
+}
+
+struct Account: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage accounts.", subcommands: [Add.self, List.self, Remove.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create an account.")
+        @OptionGroup var data: DataOption
+        @Argument(help: "Account name (1-64 of A-Z a-z 0-9 . _ - @).") var name: String
+        @Flag(name: .long, help: "Read the password from the first line of standard input.") var passwordStdin = false
+
+        func run() async throws {
+            let password = try readPassword(stdin: passwordStdin)
+            guard !password.isEmpty else { throw Failure("the password is empty") }
+            let storage = try data.openStorage()
+            _ = try await storage.accounts.addAccount(name: name, passwordHash: try Credentials.hashPassword(password))
+            print("created account \(name)")
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List accounts.")
+        @OptionGroup var data: DataOption
+        func run() async throws {
+            for account in try await data.openStorage().accounts.accounts() { print(account.name) }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove an account with all its containers.")
+        @OptionGroup var data: DataOption
+        @Argument var name: String
+        func run() async throws {
+            try await data.openStorage().accounts.removeAccount(name: name)
+            print("removed account \(name)")
+        }
+    }
+}
+
+func readPassword(stdin: Bool) throws -> String {
+    if stdin {
+        guard let line = readLine(strippingNewline: true) else { throw Failure("no password on standard input") }
+        return line
+    }
+    guard isatty(0) != 0 else { throw Failure("standard input is not a terminal: pass --password-stdin") }
+    guard let p = getpass("Password: ") else { throw Failure("no password given") }
+    return String(cString: p)
+}
+
+extension UbiqServer {
+    /// Parses and runs a command; returns the exit code SPEC asks for.
+    static func runMain() async -> Int32 {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+            return 0
+        } catch {
+            return Failure.exitCode(for: error, command: UbiqServer.self)
+        }
+    }
+}

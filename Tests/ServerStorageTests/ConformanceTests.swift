@@ -1,0 +1,69 @@
+import Foundation
+import ItemModel
+import ServerStorage
+import TestSupport
+import Testing
+
+@Suite struct StorageConformanceTests {
+    @Test(arguments: StorageConformance.all, StorageBackend.all)
+    func conformance(_ check: StorageConformance, _ backend: StorageBackend) async throws {
+        try await check.run(on: backend)
+    }
+}
+
+@Suite struct FileBlobStoreTests {
+    func files(in dir: String) -> [String] {
+        (FileManager.default.enumerator(atPath: dir)?.allObjects as? [String] ?? []).sorted()
+    }
+
+    @Test func aRefusedOrAbortedBlobLeavesNoFile() throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let store = try FileBlobStore(root: dir.path + "/blobs")
+        let w = try store.makeWriter()
+        try Array("abc".utf8).withUnsafeBytes { try w.write($0) }
+        #expect(throws: BlobStoreError.self) { try w.commit(expecting: .empty) }
+        let w2 = try store.makeWriter()
+        try Array("def".utf8).withUnsafeBytes { try w2.write($0) }
+        w2.abort()
+        #expect(files(in: dir.path + "/blobs") == ["tmp"])
+    }
+
+    @Test func aCommittedBlobIsInPlaceUnderItsDigest() throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let store = try FileBlobStore(root: dir.path + "/blobs")
+        let w = try store.makeWriter()
+        try Array("hello".utf8).withUnsafeBytes { try w.write($0) }
+        let (digest, _) = try w.commit(expecting: nil)
+        let path = "\(dir.path)/blobs/\(digest.hex.prefix(2))/\(digest.hex)"
+        #expect(FileManager.default.contents(atPath: path) == Data("hello".utf8))
+        #expect(files(in: dir.path + "/blobs/tmp").isEmpty)
+    }
+
+    @Test func leftoversOfACrashedUploadAreDroppedAtStart() throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        _ = try FileBlobStore(root: dir.path + "/blobs")
+        _ = FileManager.default.createFile(atPath: dir.path + "/blobs/tmp/partial", contents: Data("half".utf8))
+        _ = try FileBlobStore(root: dir.path + "/blobs")
+        #expect(files(in: dir.path + "/blobs/tmp").isEmpty)
+    }
+}
+
+@Suite struct CredentialsTests {
+    @Test func passwordsVerifyAndSaltDiffers() throws {
+        let h1 = try Credentials.hashPassword("correct horse")
+        let h2 = try Credentials.hashPassword("correct horse")
+        #expect(h1 != h2)
+        #expect(Credentials.verifyPassword("correct horse", against: h1))
+        #expect(!Credentials.verifyPassword("wrong", against: h1))
+        #expect(!Credentials.verifyPassword("x", against: "garbage"))
+    }
+
+    @Test func tokensAreLongAndUnique() {
+        let a = Credentials.newToken(), b = Credentials.newToken()
+        #expect(a != b && a.count >= 43)
+        #expect(Credentials.hashToken(a) == Credentials.hashToken(a) && Credentials.hashToken(a) != a)
+    }
+}
