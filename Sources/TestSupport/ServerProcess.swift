@@ -31,6 +31,9 @@ public final class ServerProcess: @unchecked Sendable {
     static func launch(data: String, log: String, extra: [String]) async throws -> (Process, Int) {
         let stdoutPath = log + "/stdout-\(UUID().uuidString)"
         _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
+        if !FileManager.default.fileExists(atPath: log + "/stderr") {
+            _ = FileManager.default.createFile(atPath: log + "/stderr", contents: nil)
+        }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Binaries.path("ubiq-server"))
         process.arguments = ["--data", data, "--listen", "127.0.0.1:0", "--log-level", "warning"] + extra

@@ -1,0 +1,80 @@
+import Foundation
+import ItemModel
+import SyncAPI
+import TestSupport
+import Testing
+
+@Suite struct ChangeFeedTests {
+    @Test func changesSinceACursorAreOrderedAndPaged() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            _ = try await a.send(.PUT, APIPath.container(c))
+            let start = try await a.send(.GET, APIPath.container(c)).decode(ContainerInfo.self).cursor
+            let f = try await a.createFile(c, name: "a", content: Data("a"))
+            let g = try await a.createFolder(c, name: "g")
+            _ = try await a.send(.DELETE, APIPath.item(c, f.id) + "?baseRevision=\(f.revision)")
+            let page1 = try await a.send(.GET, APIPath.changes(c) + "?since=\(start)&limit=1").decode(ChangePage.self)
+            #expect(page1.changes.map(\.item.id) == [g.id] && page1.hasMore)
+            let page2 = try await a.send(.GET, APIPath.changes(c) + "?since=\(page1.cursor)&limit=1").decode(ChangePage.self)
+            #expect(page2.changes.map(\.kind) == [.delete] && page2.changes[0].item.id == f.id && page2.changes[0].item.deleted)
+            #expect(!page2.hasMore)
+            let info = try await a.send(.GET, APIPath.container(c)).decode(ContainerInfo.self)
+            #expect(info.cursor == page2.cursor)
+            let none = try await a.send(.GET, APIPath.changes(c) + "?since=\(page2.cursor)").decode(ChangePage.self)
+            #expect(none.changes.isEmpty && none.cursor == page2.cursor)
+        }
+    }
+
+    @Test func thePushStreamDeliversNewChangesWithin100ms() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            _ = try await a.send(.PUT, APIPath.container(c))
+            let cursor = try await a.send(.GET, APIPath.container(c)).decode(ContainerInfo.self).cursor
+            let existing = try await a.createFolder(c, name: "before")
+            let stream = EventStreamReader.open(a, path: APIPath.changeStream(c) + "?since=\(cursor)")
+            defer { stream.cancel() }
+            var events = stream.events.makeAsyncIterator()
+            // Catch-up first, then `ready`.
+            let first = try await events.next()
+            #expect(first?.name == "change")
+            #expect(try JSONDecoder().decode(ItemChange.self, from: Data(first!.data)).item.id == existing.id)
+            #expect(try await events.next()?.name == "ready")
+
+            var latencies: [Duration] = []
+            let clock = ContinuousClock()
+            for i in 0..<9 {
+                let committed = clock.now
+                let made = try await a.createFolder(c, name: "pushed \(i)")
+                // The commit is acknowledged before the answer; measure from the request's start.
+                let event = try await events.next()
+                let arrived = clock.now
+                #expect(event?.name == "change")
+                let change = try JSONDecoder().decode(ItemChange.self, from: Data(event!.data))
+                #expect(change.item.id == made.id && event?.id == change.cursor.rawValue)
+                latencies.append(arrived - committed)
+            }
+            let median = latencies.sorted()[latencies.count / 2]
+            #expect(median < .milliseconds(100), "median push latency \(median), all: \(latencies)")
+        }
+    }
+
+    @Test func pushStreamsAreSeparatePerAccount() async throws {
+        try await withLive { live in
+            let c = live.c
+            _ = try await live.alice.send(.PUT, APIPath.container(c))
+            _ = try await live.bob.send(.PUT, APIPath.container(c))
+            let bobStream = EventStreamReader.open(live.bob, path: APIPath.changeStream(c) + "?since=0")
+            defer { bobStream.cancel() }
+            var bobEvents = bobStream.events.makeAsyncIterator()
+            #expect(try await bobEvents.next()?.name == "change")  // bob's root
+            #expect(try await bobEvents.next()?.name == "ready")
+            _ = try await live.alice.createFolder(c, name: "alice's")
+            let bobs = try await live.bob.createFolder(c, name: "bob's")
+            // The next event bob sees is his own folder: alice's change never reached him.
+            let next = try await bobEvents.next()
+            #expect(try JSONDecoder().decode(ItemChange.self, from: Data(next!.data)).item.id == bobs.id)
+            let noStream = try await live.anonymous.send(.GET, APIPath.changeStream(c))
+            #expect(noStream.status == 401)
+        }
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import ItemModel
+import SyncAPI
+import TestSupport
+import Testing
+
+@Suite struct ContentTests {
+    @Test func uploadsCarryABaseRevisionAndNeverOverwrite() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            let f = try await a.createFile(c, name: "doc.txt", content: Data("v1"))
+            let v2 = try await a.uploadBlob(Data("v2 from device A"))
+            let ok = try await a.json(.PUT, APIPath.content(c, f.id), UpdateContentRequest(baseRevision: f.revision, digest: v2))
+            #expect(ok.status == 200)
+            let current = try ok.decode(ItemMetadata.self)
+            #expect(current.digest == v2 && current.size == 16)
+            // Device B edited from v1 too: refused, with the current revision in the answer.
+            let v3 = try await a.uploadBlob(Data("v3 from device B"))
+            let stale = try await a.json(.PUT, APIPath.content(c, f.id), UpdateContentRequest(baseRevision: f.revision, digest: v3))
+            #expect(stale.status == 409 && stale.errorCode == .revisionConflict)
+            #expect(stale.error?.current == current)
+            #expect(stale.headers.first(name: SyncProtocol.revisionHeader) == current.revision.rawValue)
+            let body = try await a.send(.GET, APIPath.content(c, f.id))
+            #expect(body.body == Data("v2 from device A"), "the server kept the first edit")
+            // Renames and deletes are checked the same way.
+            let ren = try await a.json(.PATCH, APIPath.item(c, f.id), UpdateItemRequest(baseRevision: f.revision, name: "x"))
+            #expect(ren.status == 409 && ren.errorCode == .revisionConflict)
+            let del = try await a.send(.DELETE, APIPath.item(c, f.id) + "?baseRevision=\(f.revision)")
+            #expect(del.status == 409 && del.errorCode == .revisionConflict)
+            let size = try await a.json(.PUT, APIPath.content(c, f.id), UpdateContentRequest(baseRevision: current.revision, digest: v3, size: 3))
+            #expect(size.status == 400 && size.errorCode == .sizeMismatch)
+        }
+    }
+
+    @Test func twoConcurrentUploadsToOneItemExactlyOneWins() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            let f = try await a.createFile(c, name: "race.txt", content: Data("base"))
+            var digests: [ContentDigest] = []
+            for i in 0..<8 { digests.append(try await a.uploadBlob(Data("edit \(i)"))) }
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for d in digests {
+                    group.addTask {
+                        try await a.json(.PUT, APIPath.content(c, f.id), UpdateContentRequest(baseRevision: f.revision, digest: d)).status
+                    }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == 200 }.count == 1, "\(statuses)")
+            #expect(statuses.filter { $0 == 409 }.count == digests.count - 1, "\(statuses)")
+        }
+    }
+
+    @Test func contentIsStoredOncePerDigestAndCheckedOnUpload() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            let content = Data("shared content")
+            let d = sha256(content)
+            #expect(try await a.send(.HEAD, APIPath.blob(d)).status == 404)
+            #expect(try await a.send(.PUT, APIPath.blob(d), body: content).status == 201)
+            let head = try await a.send(.HEAD, APIPath.blob(d))
+            #expect(head.status == 200 && head.headers.first(name: "Content-Length") == "\(content.count)")
+            // A client that sees 200 skips the upload and just points items at the digest.
+            for name in ["one", "two"] {
+                let r = try await a.json(.POST, APIPath.items(c), CreateItemRequest(parentID: .root, name: name, kind: .file, digest: d, size: Int64(content.count)))
+                #expect(r.status == 201)
+            }
+            let blobFiles = (FileManager.default.enumerator(atPath: live.server.dataDirectory + "/blobs")?.allObjects as? [String] ?? [])
+                .filter { $0.hasSuffix(d.hex) }
+            #expect(blobFiles.count == 1, "one copy on disk")
+
+            // A body that does not hash to the declared digest: refused, nothing stored.
+            let claimed = sha256(Data("what I claim"))
+            let lie = try await a.send(.PUT, APIPath.blob(claimed), body: Data("what I send"))
+            #expect(lie.status == 422 && lie.errorCode == .digestMismatch)
+            #expect(try await a.send(.HEAD, APIPath.blob(claimed)).status == 404)
+            #expect(try await a.send(.HEAD, APIPath.blob(sha256(Data("what I send")))).status == 404)
+            let tmp = try FileManager.default.contentsOfDirectory(atPath: live.server.dataDirectory + "/blobs/tmp")
+            #expect(tmp.isEmpty, "no partial file left: \(tmp)")
+            // Bob uploading the same bytes gets his own access; the disk still has one copy.
+            #expect(try await live.bob.send(.HEAD, APIPath.blob(d)).status == 404)
+            #expect(try await live.bob.send(.PUT, APIPath.blob(d), body: content).status == 201)
+            #expect(try await live.bob.send(.HEAD, APIPath.blob(d)).status == 200)
+        }
+    }
+
+    @Test func downloadsHonourRanges() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            let content = Data((0..<1_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+            let f = try await a.createFile(c, name: "big.bin", content: content)
+            let whole = try await a.send(.GET, APIPath.content(c, f.id))
+            #expect(whole.status == 200 && whole.body == content)
+            #expect(whole.headers.first(name: "Accept-Ranges") == "bytes")
+            #expect(whole.headers.first(name: "ETag") == "\"\(f.digest!.hex)\"")
+            #expect(whole.headers.first(name: SyncProtocol.revisionHeader) == f.revision.rawValue)
+
+            let mid = try await a.send(.GET, APIPath.content(c, f.id), headers: [("Range", "bytes=1000-1999")])
+            #expect(mid.status == 206 && mid.body == content[1000...1999])
+            #expect(mid.headers.first(name: "Content-Range") == "bytes 1000-1999/1000000")
+            // Resuming: everything from an offset.
+            let rest = try await a.send(.GET, APIPath.content(c, f.id), headers: [("Range", "bytes=999000-")])
+            #expect(rest.status == 206 && rest.body == content[999_000...])
+            let suffix = try await a.send(.GET, APIPath.content(c, f.id), headers: [("Range", "bytes=-10")])
+            #expect(suffix.status == 206 && suffix.body == content.suffix(10))
+            let past = try await a.send(.GET, APIPath.content(c, f.id), headers: [("Range", "bytes=2000000-")])
+            #expect(past.status == 416 && past.errorCode == .rangeNotSatisfiable)
+            #expect(past.headers.first(name: "Content-Range") == "bytes */1000000")
+            // If-Range with another version's ETag: the whole current content instead of a mixed splice.
+            let changed = try await a.send(.GET, APIPath.content(c, f.id), headers: [("Range", "bytes=0-9"), ("If-Range", "\"\(ContentDigest.empty.hex)\"")])
+            #expect(changed.status == 200 && changed.body.count == content.count)
+            // By digest, too.
+            let blob = try await a.send(.GET, APIPath.blob(f.digest!), headers: [("Range", "bytes=5-9")])
+            #expect(blob.status == 206 && blob.body == content[5...9])
+            // An empty file.
+            let e = try await a.createFile(c, name: "empty", content: Data())
+            let empty = try await a.send(.GET, APIPath.content(c, e.id))
+            #expect(empty.status == 200 && empty.body.isEmpty)
+        }
+    }
+}

@@ -1,0 +1,124 @@
+import Foundation
+import ItemModel
+import SyncAPI
+import TestSupport
+import Testing
+
+@Suite struct ItemRouteTests {
+    @Test func createListGetRenameMoveChmodXattrsDelete() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            let docs = try await a.createFolder(c, name: "Documents")
+            let file = try await a.createFile(c, parent: docs.id, name: "notes.txt", content: Data("hello"))
+            #expect(file.size == 5 && file.parentID == docs.id && file.kind == .file)
+            #expect(try await a.send(.GET, APIPath.item(c, file.id)).decode(ItemMetadata.self) == file)
+            let kids = try await a.send(.GET, APIPath.children(c, docs.id)).decode(ItemList.self)
+            #expect(kids.items == [file])
+            #expect(try await a.send(.GET, APIPath.children(c, file.id)).errorCode == .notAFolder)
+
+            let archive = try await a.createFolder(c, name: "Archive")
+            let moved = try await a.json(.PATCH, APIPath.item(c, file.id), UpdateItemRequest(baseRevision: file.revision, name: "old notes.txt", parentID: archive.id))
+            #expect(moved.status == 200)
+            let m = try moved.decode(ItemMetadata.self)
+            #expect(m.name == "old notes.txt" && m.parentID == archive.id && m.revision != file.revision)
+
+            let chmod = try await a.json(.PATCH, APIPath.item(c, file.id), UpdateItemRequest(baseRevision: m.revision, mode: 0o100600, modified: 42))
+            let ch = try chmod.decode(ItemMetadata.self)
+            #expect(ch.mode == 0o600 && ch.modified == 42, "file type bits are dropped, permission bits kept")
+
+            let tagged = try await a.json(.PUT, APIPath.xattrs(c, file.id), SetXattrsRequest(baseRevision: ch.revision, xattrs: ["user.xdg.tags": Data("work")]))
+            let t = try tagged.decode(ItemMetadata.self)
+            #expect(t.xattrs == ["user.xdg.tags": Data("work")])
+            let badX = try await a.json(.PUT, APIPath.xattrs(c, file.id), SetXattrsRequest(xattrs: ["user.ubiq.pinned": Data("1")]))
+            #expect(badX.status == 400 && badX.errorCode == .invalidXattr)
+
+            let noBase = try await a.send(.DELETE, APIPath.item(c, file.id))
+            #expect(noBase.status == 400 && noBase.errorCode == .invalidRequest)
+            let del = try await a.send(.DELETE, APIPath.item(c, file.id) + "?baseRevision=\(t.revision)")
+            #expect(del.status == 200)
+            #expect(try del.decode(DeleteResponse.self).deleted.map(\.id) == [file.id])
+            #expect(try await a.send(.GET, APIPath.item(c, file.id)).errorCode == .itemNotFound)
+
+            // Folders: not empty without recursive; the whole subtree with it.
+            _ = try await a.createFile(c, parent: docs.id, name: "x", content: Data("x"))
+            let refuse = try await a.send(.DELETE, APIPath.item(c, docs.id) + "?baseRevision=\(docs.revision)")
+            #expect(refuse.status == 409 && refuse.errorCode == .folderNotEmpty)
+            let rm = try await a.send(.DELETE, APIPath.item(c, docs.id) + "?baseRevision=\(docs.revision)&recursive=true")
+            #expect(try rm.decode(DeleteResponse.self).deleted.count == 2)
+            let root = try await a.send(.GET, APIPath.children(c, .root)).decode(ItemList.self)
+            #expect(root.items.map(\.name) == ["Archive"])
+        }
+    }
+
+    @Test func badNamesAreRefusedWithAStableCodeAndChangeNothing() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            _ = try await a.send(.PUT, APIPath.container(c))
+            let before = try await a.send(.GET, APIPath.changes(c)).decode(ChangePage.self).cursor
+            let bad = ["", ".", "..", "a/b", "nul\u{0}byte", String(repeating: "x", count: 256), String(repeating: "é", count: 128)]
+            for name in bad {
+                let r = try await a.json(.POST, APIPath.items(c), CreateItemRequest(parentID: .root, name: name, kind: .folder))
+                #expect(r.status == 400 && r.errorCode == .invalidName, "\(name.debugDescription): \(r.status) \(r.text)")
+            }
+            // Not UTF-8: a lone surrogate escape cannot become a name.
+            let raw = #"{"parentID":"root","name":"bad\udc80","kind":"folder"}"#
+            let r = try await a.send(.POST, APIPath.items(c), headers: [("Content-Type", "application/json")], body: Data(raw))
+            #expect(r.status == 400 && (r.errorCode == .invalidName || r.errorCode == .invalidRequest), "\(r.text)")
+            // Raw bytes that are not UTF-8 at all.
+            var bytes = Data(#"{"parentID":"root","name":"a"#.utf8)
+            bytes.append(contentsOf: [0xFF, 0xFE])
+            bytes.append(contentsOf: #"","kind":"folder"}"#.utf8)
+            let r2 = try await a.send(.POST, APIPath.items(c), headers: [("Content-Type", "application/json")], body: bytes)
+            #expect(r2.status == 400, "\(r2.text)")
+            // Renames are checked the same way.
+            let f = try await a.createFolder(c, name: "ok")
+            let ren = try await a.json(.PATCH, APIPath.item(c, f.id), UpdateItemRequest(baseRevision: f.revision, name: "a/b"))
+            #expect(ren.status == 400 && ren.errorCode == .invalidName)
+            let after = try await a.send(.GET, APIPath.changes(c) + "?since=\(before)").decode(ChangePage.self)
+            #expect(after.changes.map(\.item.name) == ["ok"], "only the valid create changed anything")
+        }
+    }
+
+    @Test func otherBadInput() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            let f = try await a.createFolder(c, name: "F")
+            let sub = try await a.createFolder(c, parent: f.id, name: "G")
+            let json = [("Content-Type", "application/json")]
+            let cases: [(String, TestResponse, Int, APIErrorCode)] = [
+                ("malformed JSON", try await a.send(.POST, APIPath.items(c), headers: json, body: Data("{nope")), 400, .invalidRequest),
+                ("missing field", try await a.send(.POST, APIPath.items(c), headers: json, body: Data(#"{"name":"x"}"#)), 400, .invalidRequest),
+                ("unknown item", try await a.send(.GET, APIPath.item(c, ItemID.random())), 404, .itemNotFound),
+                ("malformed item id", try await a.send(.GET, "/v1/containers/default/items/NOT-AN-ID"), 400, .invalidItemID),
+                ("unknown container", try await a.send(.GET, APIPath.children(try ContainerID("nope"), .root)), 404, .containerNotFound),
+                ("malformed digest", try await a.send(.PUT, "/v1/blobs/xyz", body: Data("x")), 400, .invalidDigest),
+                ("unknown route", try await a.send(.GET, "/v1/nothing/here"), 404, .routeNotFound),
+                ("bad cursor", try await a.send(.GET, APIPath.changes(c) + "?since=banana"), 400, .invalidCursor),
+                ("move into itself", try await a.json(.PATCH, APIPath.item(c, f.id), UpdateItemRequest(baseRevision: f.revision, parentID: f.id)), 400, .invalidMove),
+                ("move below itself", try await a.json(.PATCH, APIPath.item(c, f.id), UpdateItemRequest(baseRevision: f.revision, parentID: sub.id)), 400, .invalidMove),
+                ("rename root", try await a.json(.PATCH, APIPath.item(c, .root), UpdateItemRequest(baseRevision: Revision("1"), name: "r")), 400, .rootIsImmutable),
+                ("name taken", try await a.json(.POST, APIPath.items(c), CreateItemRequest(parentID: .root, name: "F", kind: .folder)), 409, .nameExists),
+                ("folder with content", try await a.json(.POST, APIPath.items(c), CreateItemRequest(parentID: .root, name: "H", kind: .folder, digest: .empty)), 400, .invalidRequest),
+                ("content never uploaded", try await a.json(.POST, APIPath.items(c), CreateItemRequest(parentID: .root, name: "n", kind: .file, digest: sha256(Data("never")))), 404, .blobNotFound),
+                ("oversized JSON", try await a.send(.POST, APIPath.items(c), headers: json, body: Data(count: 2 << 20)), 413, .payloadTooLarge),
+            ]
+            for (what, r, status, code) in cases {
+                #expect(r.status == status && r.errorCode == code, "\(what): \(r.status) \(r.text)")
+            }
+            // None of it changed the tree.
+            let root = try await a.send(.GET, APIPath.children(c, .root)).decode(ItemList.self)
+            #expect(root.items.map(\.name) == ["F"])
+        }
+    }
+
+    @Test func oversizedUploadIsRefusedAndNothingIsStored() async throws {
+        try await withLive(extraArguments: ["--max-upload-bytes", "1000"]) { live in
+            let big = Data(count: 5000)
+            let r = try await live.alice.send(.PUT, APIPath.blob(sha256(big)), body: big)
+            #expect(r.status == 413 && r.errorCode == .payloadTooLarge)
+            #expect(try await live.alice.send(.HEAD, APIPath.blob(sha256(big))).status == 404)
+            let small = Data(count: 1000)
+            #expect(try await live.alice.send(.PUT, APIPath.blob(sha256(small)), body: small).status == 201)
+        }
+    }
+}
