@@ -51,6 +51,33 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
+        .target(
+            name: "VFS",
+            dependencies: ["SyncEngine", "LocalState", "ItemModel", .product(name: "Logging", package: "swift-log")]
+        ),
+        .target(
+            name: "SyncEngine",
+            dependencies: [
+                "LocalState", "SyncAPI", "ItemModel",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "SyncClient",
+            dependencies: [
+                "SyncAPI", "ItemModel",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "LocalState",
+            dependencies: ["ItemModel", .product(name: "GRDB", package: "GRDB.swift")]
+        ),
         .target(name: "SyncAPI", dependencies: ["ItemModel"]),
         .target(name: "ItemModel"),
         .target(

@@ -1,0 +1,312 @@
+import Foundation
+import GRDB
+import ItemModel
+
+/// The mount's database: every item's metadata (so listings work offline and at once after a
+/// restart), the outbox of changes for the server, the change-log cursor.
+///
+/// One `DatabasePool` (WAL): reads run concurrently with the single writer. `synchronous = FULL`
+/// because a committed outbox row is a promise to the user ("your closed file will reach the
+/// server"), and a power loss must not take it back.
+public final class LocalStore: Sendable {
+    let pool: any DatabaseWriter
+
+    public init(path: String) throws {
+        var config = Configuration()
+        config.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        config.busyMode = .timeout(5)
+        pool = try DatabasePool(path: path, configuration: config)
+        try Self.migrator.migrate(pool)
+    }
+
+    /// An in-memory database, for unit tests of the layers above.
+    public init(inMemory: Void = ()) throws {
+        pool = try DatabaseQueue()
+        try Self.migrator.migrate(pool)
+    }
+
+    static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE items (
+                    ino INTEGER PRIMARY KEY AUTOINCREMENT,
+                    item_id TEXT NOT NULL UNIQUE,
+                    parent INTEGER REFERENCES items(ino),
+                    name TEXT NOT NULL,
+                    kind TEXT NOT NULL CHECK (kind IN ('file', 'folder')),
+                    size INTEGER NOT NULL CHECK (size >= 0),
+                    mode INTEGER NOT NULL,
+                    uid INTEGER NOT NULL,
+                    gid INTEGER NOT NULL,
+                    created INTEGER NOT NULL,
+                    modified INTEGER NOT NULL,
+                    changed INTEGER NOT NULL,
+                    xattrs BLOB NOT NULL,
+                    revision TEXT,
+                    server_digest TEXT,
+                    content TEXT NOT NULL CHECK (content IN ('placeholder', 'partial', 'current', 'stale', 'dirty')),
+                    cached_bytes INTEGER NOT NULL DEFAULT 0,
+                    pinned INTEGER NOT NULL DEFAULT 0,
+                    last_access INTEGER NOT NULL DEFAULT 0,
+                    download_error TEXT,
+                    upload_error TEXT,
+                    CHECK ((parent IS NULL) = (ino = 1))
+                );
+                CREATE UNIQUE INDEX items_by_name ON items(parent, name);
+                CREATE TABLE outbox (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    ino INTEGER NOT NULL,
+                    op TEXT NOT NULL,
+                    item_id TEXT,
+                    revision TEXT,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    last_error TEXT,
+                    not_before INTEGER NOT NULL DEFAULT 0
+                );
+                CREATE INDEX outbox_by_ino ON outbox(ino);
+                -- Remote items whose parent has not arrived yet (the change log may list a child
+                -- before a parent that changed later).
+                CREATE TABLE orphans (
+                    item_id TEXT PRIMARY KEY NOT NULL,
+                    parent_id TEXT NOT NULL,
+                    json BLOB NOT NULL
+                );
+                CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+                """)
+            let now = Int64(Date().timeIntervalSince1970 * 1e9)
+            try db.execute(
+                sql: """
+                    INSERT INTO items (ino, item_id, parent, name, kind, size, mode, uid, gid, created, modified, changed, xattrs, content)
+                    VALUES (1, 'root', NULL, '', 'folder', 0, 493, 0, 0, ?, ?, ?, x'7b7d', 'current')
+                    """,
+                arguments: [now, now, now])
+        }
+        return m
+    }
+
+    public func read<T>(_ body: (LocalReader) throws -> T) throws -> T {
+        try pool.read { db in try body(LocalReader(db: db)) }
+    }
+
+    public func write<T>(_ body: (LocalWriter) throws -> T) throws -> T {
+        try pool.write { db in try body(LocalWriter(db: db)) }
+    }
+
+    public func asyncRead<T: Sendable>(_ body: @escaping @Sendable (LocalReader) throws -> T) async throws -> T {
+        try await pool.read { db in try body(LocalReader(db: db)) }
+    }
+
+    public func asyncWrite<T: Sendable>(_ body: @escaping @Sendable (LocalWriter) throws -> T) async throws -> T {
+        try await pool.write { db in try body(LocalWriter(db: db)) }
+    }
+}
+
+/// Read access inside one transaction.
+public struct LocalReader {
+    let db: Database
+
+    public func item(_ ino: Int64) throws -> LocalItem? {
+        try Row.fetchOne(db, sql: "SELECT * FROM items WHERE ino = ?", arguments: [ino]).map(LocalItem.init(row:))
+    }
+
+    public func item(id: ItemID) throws -> LocalItem? {
+        try Row.fetchOne(db, sql: "SELECT * FROM items WHERE item_id = ?", arguments: [id.rawValue]).map(LocalItem.init(row:))
+    }
+
+    public func child(of parent: Int64, named name: String) throws -> LocalItem? {
+        try Row.fetchOne(db, sql: "SELECT * FROM items WHERE parent = ? AND name = ?", arguments: [parent, name])
+            .map(LocalItem.init(row:))
+    }
+
+    /// One query per folder: listings never cost a round trip per entry.
+    public func children(of parent: Int64) throws -> [LocalItem] {
+        try Row.fetchAll(db, sql: "SELECT * FROM items WHERE parent = ? ORDER BY name", arguments: [parent])
+            .map(LocalItem.init(row:))
+    }
+
+    public func childCount(of parent: Int64) throws -> Int {
+        try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE parent = ?", arguments: [parent]) ?? 0
+    }
+
+    /// The item's path from the root, `/Documents/a.txt`.
+    public func path(of ino: Int64) throws -> String? {
+        var names: [String] = []
+        var cursor: Int64? = ino
+        while let c = cursor, c != LocalItem.rootIno {
+            guard let item = try item(c) else { return nil }
+            names.append(item.name)
+            cursor = item.parent
+        }
+        return "/" + names.reversed().joined(separator: "/")
+    }
+
+    public func isExcluded(_ ino: Int64) throws -> Bool {
+        var cursor: Int64? = ino
+        while let c = cursor, c != LocalItem.rootIno {
+            guard let item = try item(c) else { return false }
+            if item.name.hasSuffix(".nosync") { return true }
+            cursor = item.parent
+        }
+        return false
+    }
+
+    public func descendants(of ino: Int64) throws -> [LocalItem] {
+        try Row.fetchAll(db, sql: """
+            WITH RECURSIVE sub(ino) AS (SELECT ino FROM items WHERE parent = ? UNION ALL
+                SELECT i.ino FROM items i JOIN sub ON i.parent = sub.ino)
+            SELECT items.* FROM items JOIN sub ON items.ino = sub.ino
+            """, arguments: [ino]).map(LocalItem.init(row:))
+    }
+
+    public func pendingOps(for ino: Int64) throws -> Int {
+        try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox WHERE ino = ?", arguments: [ino]) ?? 0
+    }
+
+    public func outbox(limit: Int = 100) throws -> [OutboxEntry] {
+        try Row.fetchAll(db, sql: "SELECT * FROM outbox ORDER BY seq LIMIT ?", arguments: [limit]).map(OutboxEntry.init(row:))
+    }
+
+    public func outboxCount() throws -> Int {
+        try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox") ?? 0
+    }
+
+    public func outboxEntry(_ seq: Int64) throws -> OutboxEntry? {
+        try Row.fetchOne(db, sql: "SELECT * FROM outbox WHERE seq = ?", arguments: [seq]).map(OutboxEntry.init(row:))
+    }
+
+    public func cachedBytesTotal() throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(cached_bytes), 0) FROM items") ?? 0
+    }
+
+    /// Clean, unpinned files with content, least recently used first: what the cache limit may evict.
+    public func evictionCandidates(limit: Int) throws -> [LocalItem] {
+        try Row.fetchAll(db, sql: """
+            SELECT * FROM items WHERE kind = 'file' AND pinned = 0 AND content IN ('current', 'stale', 'partial')
+            AND cached_bytes > 0 AND ino NOT IN (SELECT ino FROM outbox) ORDER BY last_access LIMIT ?
+            """, arguments: [limit]).map(LocalItem.init(row:))
+    }
+
+    public func pinnedNeedingContent() throws -> [LocalItem] {
+        try Row.fetchAll(db, sql: "SELECT * FROM items WHERE kind = 'file' AND pinned = 1 AND content IN ('placeholder', 'partial', 'stale')")
+            .map(LocalItem.init(row:))
+    }
+
+    public func itemCount() throws -> Int {
+        try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items") ?? 0
+    }
+
+    public func orphans(of parent: ItemID) throws -> [Data] {
+        try Data.fetchAll(db, sql: "SELECT json FROM orphans WHERE parent_id = ?", arguments: [parent.rawValue])
+    }
+
+    public func meta(_ key: String) throws -> String? {
+        try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key])
+    }
+}
+
+/// Write access inside one transaction: everything done through one writer commits together.
+public struct LocalWriter {
+    let db: Database
+    public var reader: LocalReader { LocalReader(db: db) }
+
+    @discardableResult
+    public func insert(_ item: LocalItem) throws -> LocalItem {
+        var item = item
+        try db.execute(sql: """
+            INSERT INTO items (item_id, parent, name, kind, size, mode, uid, gid, created, modified, changed, xattrs,
+                revision, server_digest, content, cached_bytes, pinned, last_access, download_error, upload_error)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, arguments: item.columnValues)
+        item.ino = db.lastInsertedRowID
+        return item
+    }
+
+    public func update(_ item: LocalItem) throws {
+        try db.execute(sql: """
+            UPDATE items SET item_id = ?, parent = ?, name = ?, kind = ?, size = ?, mode = ?, uid = ?, gid = ?, created = ?,
+                modified = ?, changed = ?, xattrs = ?, revision = ?, server_digest = ?, content = ?, cached_bytes = ?,
+                pinned = ?, last_access = ?, download_error = ?, upload_error = ? WHERE ino = ?
+            """, arguments: item.columnValues + [item.ino])
+    }
+
+    public func delete(_ ino: Int64) throws {
+        try db.execute(sql: "DELETE FROM items WHERE ino = ?", arguments: [ino])
+    }
+
+    /// Queues an op unless the same op for the same item is already waiting (ops use the
+    /// item's state when they are sent, so one is enough).
+    public func enqueue(_ op: OutboxOp, ino: Int64, itemID: ItemID? = nil, revision: Revision? = nil) throws {
+        if op != .delete {
+            let waiting = try Int.fetchOne(
+                db, sql: "SELECT COUNT(*) FROM outbox WHERE ino = ? AND op = ? AND attempts = 0", arguments: [ino, op.rawValue]) ?? 0
+            if waiting > 0 { return }
+        }
+        try db.execute(
+            sql: "INSERT INTO outbox (ino, op, item_id, revision) VALUES (?, ?, ?, ?)",
+            arguments: [ino, op.rawValue, itemID?.rawValue, revision?.rawValue])
+    }
+
+    public func dequeue(_ seq: Int64) throws {
+        try db.execute(sql: "DELETE FROM outbox WHERE seq = ?", arguments: [seq])
+    }
+
+    public func dropOps(for ino: Int64) throws {
+        try db.execute(sql: "DELETE FROM outbox WHERE ino = ?", arguments: [ino])
+    }
+
+    public func deferOp(_ seq: Int64, error: String, until: Timestamp) throws {
+        try db.execute(
+            sql: "UPDATE outbox SET attempts = attempts + 1, last_error = ?, not_before = ? WHERE seq = ?",
+            arguments: [error, until, seq])
+    }
+
+    public func addOrphan(_ id: ItemID, parent: ItemID, json: Data) throws {
+        try db.execute(sql: "INSERT OR REPLACE INTO orphans (item_id, parent_id, json) VALUES (?, ?, ?)",
+                       arguments: [id.rawValue, parent.rawValue, json])
+    }
+
+    public func removeOrphan(_ id: ItemID) throws {
+        try db.execute(sql: "DELETE FROM orphans WHERE item_id = ?", arguments: [id.rawValue])
+    }
+
+    public func setMeta(_ key: String, _ value: String) throws {
+        try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
+    }
+}
+
+extension LocalItem {
+    init(row: Row) throws {
+        let xattrs = (try? JSONDecoder().decode([String: Data].self, from: row["xattrs"] as Data)) ?? [:]
+        let revision: String? = row["revision"]
+        let digest: String? = row["server_digest"]
+        let mode: Int64 = row["mode"], uid: Int64 = row["uid"], gid: Int64 = row["gid"]
+        self.init(
+            ino: row["ino"], itemID: ItemID(row["item_id"] as String), parent: row["parent"], name: row["name"],
+            kind: ItemKind(rawValue: row["kind"]) ?? .file, size: row["size"], mode: UInt32(truncatingIfNeeded: mode),
+            uid: UInt32(truncatingIfNeeded: uid), gid: UInt32(truncatingIfNeeded: gid), created: row["created"],
+            modified: row["modified"], changed: row["changed"], xattrs: xattrs, revision: revision.map(Revision.init(_:)),
+            serverDigest: try digest.map { try ContentDigest(hex: $0) }, content: ContentState(rawValue: row["content"]) ?? .placeholder,
+            cachedBytes: row["cached_bytes"], pinned: (row["pinned"] as Int64) != 0, lastAccess: row["last_access"],
+            downloadError: row["download_error"], uploadError: row["upload_error"])
+    }
+
+    var columnValues: StatementArguments {
+        let xattrJSON = (try? JSONEncoder().encode(xattrs)) ?? Data("{}".utf8)
+        return [
+            itemID.rawValue, parent, name, kind.rawValue, size, Int64(mode), Int64(uid), Int64(gid), created, modified, changed,
+            xattrJSON, revision?.rawValue, serverDigest?.hex, content.rawValue, cachedBytes, pinned ? 1 : 0, lastAccess,
+            downloadError, uploadError,
+        ]
+    }
+}
+
+extension OutboxEntry {
+    init(row: Row) throws {
+        let itemID: String? = row["item_id"], revision: String? = row["revision"]
+        self.init(
+            seq: row["seq"], ino: row["ino"], op: OutboxOp(rawValue: row["op"]) ?? .content,
+            itemID: itemID.map(ItemID.init(_:)), revision: revision.map(Revision.init(_:)),
+            attempts: row["attempts"], lastError: row["last_error"], notBefore: row["not_before"])
+    }
+}

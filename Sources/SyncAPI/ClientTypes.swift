@@ -1,0 +1,30 @@
+import ItemModel
+
+/// One event of the push stream, as clients see it.
+public enum ChangeStreamEvent: Sendable, Equatable {
+    case change(ItemChange)
+    /// The catch-up is done: every change up to `cursor` has been delivered.
+    case ready(ChangeCursor)
+}
+
+/// What can go wrong talking to the server, as the engine needs to tell it apart.
+public enum RemoteError: Error, Sendable, Equatable {
+    /// The server cannot be reached (refused, reset, timed out): retry later, we are offline.
+    case unreachable(String)
+    /// The token is not (or no longer) valid.
+    case unauthorized
+    /// The protocol answered with an error code (409 conflicts carry the item as it is now).
+    case refused(code: APIErrorCode, message: String, current: ItemMetadata?)
+    /// Anything else unexpected (bad JSON from the server, 5xx).
+    case protocolError(String)
+
+    public var isConflict: Bool {
+        if case .refused(.revisionConflict, _, _) = self { return true }
+        return false
+    }
+
+    public var code: APIErrorCode? {
+        if case .refused(let code, _, _) = self { return code }
+        return nil
+    }
+}

@@ -1,0 +1,325 @@
+import AsyncHTTPClient
+import Foundation
+import ItemModel
+import Logging
+import NIOCore
+import NIOHTTP1
+import SyncAPI
+
+/// The sync protocol over HTTP (docs/SYNC_PROTOCOL.md), for one container of one account.
+///
+/// Errors are `RemoteError`: `.unreachable` when the server cannot be reached (the engine then
+/// counts itself offline and retries), `.refused` with the protocol's code otherwise.
+public final class SyncHTTPClient: Sendable {
+    public let baseURL: String
+    public let container: ContainerID
+    let token: String
+    let http: HTTPClient
+
+    /// Connect fails fast (2 s) so that an offline mount answers at once; reads may idle up to
+    /// 60 s because the push stream sends a keep-alive every 15 s.
+    static let configuration: HTTPClient.Configuration = {
+        var c = HTTPClient.Configuration()
+        c.timeout = .init(connect: .seconds(2), read: .seconds(60))
+        c.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 16)
+        c.decompression = .disabled
+        return c
+    }()
+
+    public init(baseURL: String, token: String, container: ContainerID, http: HTTPClient? = nil) {
+        self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        self.token = token
+        self.container = container
+        self.http = http ?? HTTPClient(eventLoopGroupProvider: .singleton, configuration: Self.configuration)
+    }
+
+    public func shutdown() async {
+        try? await http.shutdown()
+    }
+
+    /// Trades a password for a bearer token.
+    public static func login(server: String, user: String, password: String) async throws -> TokenResponse {
+        let client = HTTPClient.shared
+        var request = HTTPClientRequest(url: server + APIPath.token)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(TokenRequest(user: user, password: password))))
+        let (status, body) = try await send(client, request)
+        guard status == 201 else { throw error(status: status, body: body) }
+        return try decode(TokenResponse.self, body)
+    }
+
+    public static func health(server: String) async throws -> HealthResponse {
+        let client = HTTPClient.shared
+        let (status, body) = try await send(client, HTTPClientRequest(url: server + APIPath.health))
+        guard status == 200 else { throw error(status: status, body: body) }
+        return try decode(HealthResponse.self, body)
+    }
+
+    // MARK: Requests
+
+    func request(_ method: HTTPMethod, _ path: String) -> HTTPClientRequest {
+        var r = HTTPClientRequest(url: baseURL + path)
+        r.method = method
+        r.headers.add(name: "Authorization", value: "Bearer \(token)")
+        return r
+    }
+
+    func call<T: Decodable>(_ method: HTTPMethod, _ path: String, json body: (some Encodable)? = Optional<Int>.none, expect: Set<Int> = [200, 201]) async throws -> T {
+        var r = request(method, path)
+        if let body {
+            r.headers.add(name: "Content-Type", value: "application/json")
+            r.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(body)))
+        }
+        let (status, data) = try await Self.send(http, r)
+        guard expect.contains(status) else { throw Self.error(status: status, body: data) }
+        return try Self.decode(T.self, data)
+    }
+
+    /// 64 MiB: far above any metadata answer (10,000 items are about 4 MiB of JSON).
+    static let maxJSONResponse = 64 << 20
+
+    static func send(_ client: HTTPClient, _ request: HTTPClientRequest) async throws -> (Int, ByteBuffer) {
+        do {
+            let response = try await client.execute(request, timeout: .seconds(120))
+            let body = try await response.body.collect(upTo: maxJSONResponse)
+            return (Int(response.status.code), body)
+        } catch let error as RemoteError {
+            throw error
+        } catch {
+            throw RemoteError.unreachable(String(describing: error))
+        }
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ body: ByteBuffer) throws -> T {
+        do { return try JSONDecoder().decode(T.self, from: Data(body.readableBytesView)) } catch {
+            throw RemoteError.protocolError("cannot read the server's answer as \(T.self): \(error)")
+        }
+    }
+
+    static func error(status: Int, body: ByteBuffer) -> RemoteError {
+        if status == 401 { return .unauthorized }
+        if let e = try? JSONDecoder().decode(APIErrorBody.self, from: Data(body.readableBytesView)) {
+            return .refused(code: e.error.code, message: e.error.message, current: e.error.current)
+        }
+        if status >= 500 || status == 502 || status == 503 { return .unreachable("server answered \(status)") }
+        return .protocolError("server answered \(status)")
+    }
+
+    // MARK: The RemoteStore operations
+
+    public func ensureContainer() async throws -> ContainerInfo {
+        try await call(.PUT, APIPath.container(container))
+    }
+
+    public func changes(since: ChangeCursor, limit: Int) async throws -> ChangePage {
+        try await call(.GET, APIPath.changes(container) + "?since=\(since.rawValue)&limit=\(limit)")
+    }
+
+    public func item(_ id: ItemID) async throws -> ItemMetadata {
+        try await call(.GET, APIPath.item(container, id))
+    }
+
+    public func createItem(_ body: CreateItemRequest) async throws -> ItemMetadata {
+        try await call(.POST, APIPath.items(container), json: body)
+    }
+
+    public func updateContent(_ id: ItemID, _ body: UpdateContentRequest) async throws -> ItemMetadata {
+        try await call(.PUT, APIPath.content(container, id), json: body)
+    }
+
+    public func updateItem(_ id: ItemID, _ body: UpdateItemRequest) async throws -> ItemMetadata {
+        try await call(.PATCH, APIPath.item(container, id), json: body)
+    }
+
+    public func deleteItem(_ id: ItemID, base: Revision, recursive: Bool) async throws -> [ItemMetadata] {
+        let response: DeleteResponse = try await call(
+            .DELETE, APIPath.item(container, id) + "?baseRevision=\(base.rawValue)&recursive=\(recursive)")
+        return response.deleted
+    }
+
+    public func setXattrs(_ id: ItemID, _ body: SetXattrsRequest) async throws -> ItemMetadata {
+        try await call(.PUT, APIPath.xattrs(container, id), json: body)
+    }
+
+    public func hasBlob(_ digest: ContentDigest) async throws -> Bool {
+        let (status, body) = try await Self.send(http, request(.HEAD, APIPath.blob(digest)))
+        switch status {
+        case 200: return true
+        case 404: return false
+        default: throw Self.error(status: status, body: body)
+        }
+    }
+
+    public func uploadBlob(_ digest: ContentDigest, size: Int64, fromFile path: String) async throws {
+        var r = request(.PUT, APIPath.blob(digest))
+        r.headers.add(name: "Content-Type", value: "application/octet-stream")
+        let chunks = try FileChunks(path: path, size: size)
+        r.body = .stream(chunks, length: .known(size))
+        let (status, body) = try await Self.send(http, r)
+        guard status == 201 || status == 200 else { throw Self.error(status: status, body: body) }
+    }
+
+    public func download(_ digest: ContentDigest, range: Range<Int64>) -> AsyncThrowingStream<[UInt8], Error> {
+        var r = request(.GET, APIPath.blob(digest))
+        if !range.isEmpty { r.headers.add(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)") }
+        let prepared = r
+        let http = self.http
+        return AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    let response: HTTPClientResponse
+                    do { response = try await http.execute(prepared, deadline: .distantFuture) } catch {
+                        throw RemoteError.unreachable(String(describing: error))
+                    }
+                    let status = Int(response.status.code)
+                    guard status == 206 || status == 200 else {
+                        throw Self.error(status: status, body: try await response.body.collect(upTo: 1 << 20))
+                    }
+                    // A 200 answers the whole content: skip to the start of the range ourselves.
+                    var skip = status == 200 ? range.lowerBound : 0
+                    for try await buffer in response.body {
+                        var view = buffer.readableBytesView[...]
+                        if skip > 0 {
+                            let n = Swift.min(Int64(view.count), skip)
+                            view = view.dropFirst(Int(n))
+                            skip -= n
+                        }
+                        if !view.isEmpty { continuation.yield(Array(view)) }
+                    }
+                    continuation.finish()
+                } catch let error as RemoteError {
+                    continuation.finish(throwing: error)
+                } catch {
+                    continuation.finish(throwing: RemoteError.unreachable(String(describing: error)))
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    public func changeStream(since: ChangeCursor) -> AsyncThrowingStream<ChangeStreamEvent, Error> {
+        let r = request(.GET, APIPath.changeStream(container) + "?since=\(since.rawValue)")
+        let http = self.http
+        return AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    let response: HTTPClientResponse
+                    do { response = try await http.execute(r, deadline: .distantFuture) } catch {
+                        throw RemoteError.unreachable(String(describing: error))
+                    }
+                    let status = Int(response.status.code)
+                    guard status == 200 else {
+                        throw Self.error(status: status, body: try await response.body.collect(upTo: 1 << 20))
+                    }
+                    var parser = ServerSentEventParser()
+                    for try await buffer in response.body {
+                        for event in parser.feed(buffer.readableBytesView) {
+                            switch event.name {
+                            case "change":
+                                continuation.yield(.change(try JSONDecoder().decode(ItemChange.self, from: Data(event.data.utf8))))
+                            case "ready":
+                                continuation.yield(.ready(try JSONDecoder().decode(StreamReady.self, from: Data(event.data.utf8)).cursor))
+                            default:
+                                continue
+                            }
+                        }
+                    }
+                    continuation.finish()
+                } catch let error as RemoteError {
+                    continuation.finish(throwing: error)
+                } catch is DecodingError {
+                    continuation.finish(throwing: RemoteError.protocolError("bad event on the push stream"))
+                } catch {
+                    continuation.finish(throwing: RemoteError.unreachable(String(describing: error)))
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+}
+
+/// Reads a file in 1 MiB chunks for a streamed upload body.
+struct FileChunks: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+    let path: String
+    let size: Int64
+
+    init(path: String, size: Int64) throws {
+        guard access(path, R_OK) == 0 else { throw RemoteError.protocolError("cannot read \(path)") }
+        self.path = path
+        self.size = size
+    }
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        let fd: Int32
+        let size: Int64
+        var offset: Int64 = 0
+
+        mutating func next() async throws -> ByteBuffer? {
+            guard offset < size else {
+                close(fd)
+                return nil
+            }
+            let want = Int(Swift.min(1 << 20, size - offset))
+            var buffer = ByteBufferAllocator().buffer(capacity: want)
+            let got = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want) { ptr -> Int in
+                let n = pread(fd, ptr.baseAddress, want, off_t(offset))
+                if n < 0 { throw RemoteError.protocolError("read failed: errno \(errno)") }
+                return n
+            }
+            // The file shrank under us: send what is there; the server's digest check refuses it.
+            if got == 0 {
+                close(fd)
+                return nil
+            }
+            offset += Int64(got)
+            return buffer
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(fd: open(path, O_RDONLY | O_CLOEXEC), size: size)
+    }
+}
+
+/// Incremental Server-Sent Events parser (text/event-stream).
+struct ServerSentEventParser {
+    struct Event {
+        var name = "message"
+        var data = ""
+        var id: String?
+    }
+
+    var pending: [UInt8] = []
+    var current = Event()
+
+    mutating func feed(_ bytes: some Collection<UInt8>) -> [Event] {
+        pending.append(contentsOf: bytes)
+        var out: [Event] = []
+        var start = 0
+        while let nl = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
+            var line = String(decoding: pending[start..<nl], as: UTF8.self)
+            if line.hasSuffix("\r") { line.removeLast() }
+            start = nl + 1
+            if line.isEmpty {
+                if !current.data.isEmpty { out.append(current) }
+                current = Event()
+            } else if line.hasPrefix(":") {
+                continue
+            } else if let colon = line.firstIndex(of: ":") {
+                let field = line[..<colon]
+                var value = line[line.index(after: colon)...]
+                if value.hasPrefix(" ") { value = value.dropFirst() }
+                switch field {
+                case "event": current.name = String(value)
+                case "data": current.data += current.data.isEmpty ? String(value) : "\n" + value
+                case "id": current.id = String(value)
+                default: break
+                }
+            }
+        }
+        pending.removeFirst(start)
+        return out
+    }
+}

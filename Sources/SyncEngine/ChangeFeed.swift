@@ -1,0 +1,238 @@
+import Foundation
+import ItemModel
+import LocalState
+import Logging
+import ServiceLifecycle
+import SyncAPI
+
+extension SyncEngine {
+    /// Follows the server's push stream for as long as the mount runs, reconnecting with its
+    /// last cursor when the stream ends (server restarted, network gone).
+    public var changeFeed: some Service { ChangeFeedService(engine: self) }
+
+    /// Applies one remote change in one transaction with the cursor that follows it, and
+    /// returns what the kernel must forget.
+    func apply(_ change: ItemChange) throws -> [KernelInvalidation] {
+        let (invalidations, events) = try store.write { w -> ([KernelInvalidation], [MountEvent]) in
+            var out: [KernelInvalidation] = []
+            var events: [MountEvent] = []
+            try applyLocked(change, w, &out, &events)
+            try w.setMeta("cursor", change.cursor.rawValue)
+            return (out, events)
+        }
+        for e in events { observer.event(e) }
+        return invalidations
+    }
+
+    func applyLocked(_ change: ItemChange, _ w: LocalWriter, _ out: inout [KernelInvalidation], _ events: inout [MountEvent]) throws {
+        let remote = change.item
+        let r = w.reader
+        if remote.id == .root {
+            guard var root = try r.item(LocalItem.rootIno) else { return }
+            root.revision = remote.revision
+            root.xattrs = remote.xattrs
+            try w.update(root)
+            out.append(.inode(LocalItem.rootIno))
+            return
+        }
+        let local = try r.item(id: remote.id)
+        if change.kind == .delete || remote.deleted {
+            try w.removeOrphan(remote.id)
+            guard let local else { return }
+            if try hasLocalChanges(local, r) {
+                // Edit versus delete: the edit wins. The server's id is gone for good, so the
+                // item gets a new one and goes up again as new.
+                try resurrect(local, w)
+                events.append(MountEvent(kind: "conflict", path: try r.path(of: local.ino), detail: "deleted on the server while changed here; kept"))
+                return
+            }
+            for d in try r.descendants(of: local.ino) {
+                cache.remove(d.ino)
+                downloads.cancel(d.ino)
+            }
+            cache.remove(local.ino)
+            downloads.cancel(local.ino)
+            let path = try r.path(of: local.ino)
+            try deleteSubtree(local.ino, w)
+            if let parent = local.parent { out.append(.entry(parent: parent, name: local.name)) }
+            out.append(.inode(local.ino))
+            events.append(MountEvent(kind: "remoteDelete", path: path))
+            return
+        }
+        guard let parentID = remote.parentID, let parent = try r.item(id: parentID) else {
+            // The parent has not arrived yet; it will (the log holds its latest state).
+            try w.addOrphan(remote.id, parent: remote.parentID ?? .root, json: try JSONEncoder().encode(change))
+            return
+        }
+        try w.removeOrphan(remote.id)
+        if var local {
+            if local.revision == remote.revision { return }
+            // Local changes not yet sent: they carry their base revision, and the server's
+            // answer (success, or a conflict holding its state) settles the item then.
+            if try r.pendingOps(for: local.ino) > 0 { return }
+            let oldParent = local.parent, oldName = local.name
+            if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
+                try makeRoom(for: clash, w)
+                out.append(.entry(parent: parent.ino, name: remote.name))
+            }
+            let contentChanged = remote.digest != local.serverDigest
+            local.parent = parent.ino
+            local.name = remote.name
+            local.size = remote.size
+            local.mode = remote.mode
+            local.created = remote.created
+            local.modified = remote.modified
+            local.changed = Self.now()
+            local.xattrs = remote.xattrs
+            local.revision = remote.revision
+            local.serverDigest = remote.digest
+            if contentChanged && local.kind == .file {
+                switch local.content {
+                case .current: local.content = .stale
+                case .partial:
+                    downloads.cancel(local.ino)
+                    cache.remove(local.ino)
+                    local.content = .placeholder
+                    local.cachedBytes = 0
+                case .placeholder, .stale, .dirty: break
+                }
+            }
+            try w.update(local)
+            if oldParent != local.parent || oldName != local.name, let oldParent {
+                out.append(.entry(parent: oldParent, name: oldName))
+            }
+            out.append(.entry(parent: parent.ino, name: remote.name))
+            out.append(.inode(local.ino))
+            events.append(MountEvent(kind: "remoteChange", path: try r.path(of: local.ino)))
+            if local.pinned && contentChanged { maintenanceSignal.yield() }
+        } else {
+            if let clash = try r.child(of: parent.ino, named: remote.name) {
+                try makeRoom(for: clash, w)
+            }
+            let item = try w.insert(LocalItem(
+                itemID: remote.id, parent: parent.ino, name: remote.name, kind: remote.kind, size: remote.size,
+                mode: remote.mode, uid: getuid(), gid: getgid(), created: remote.created, modified: remote.modified,
+                changed: Self.now(), xattrs: remote.xattrs, revision: remote.revision, serverDigest: remote.digest,
+                content: remote.kind == .folder ? .current : .placeholder, pinned: parent.pinned))
+            out.append(.entry(parent: parent.ino, name: remote.name))
+            out.append(.inode(parent.ino))
+            events.append(MountEvent(kind: "remoteCreate", path: try r.path(of: item.ino)))
+            if item.pinned { maintenanceSignal.yield() }
+            // Children that arrived before this folder.
+            for json in try r.orphans(of: remote.id) {
+                let orphan = try JSONDecoder().decode(ItemChange.self, from: json)
+                try applyLocked(orphan, w, &out, &events)
+            }
+        }
+    }
+
+    /// True when the item (or, for a folder, anything below it) has changes not on the server.
+    func hasLocalChanges(_ item: LocalItem, _ r: LocalReader) throws -> Bool {
+        if try r.pendingOps(for: item.ino) > 0 || item.content == .dirty { return true }
+        guard item.kind == .folder else { return false }
+        return try r.descendants(of: item.ino).contains { try r.pendingOps(for: $0.ino) > 0 || $0.content == .dirty }
+    }
+
+    func resurrect(_ item: LocalItem, _ w: LocalWriter) throws {
+        var item = item
+        item.itemID = .random()
+        item.revision = nil
+        try w.update(item)
+        try w.enqueue(item.kind == .folder ? .createFolder : .content, ino: item.ino)
+        outboxSignal.yield()
+    }
+
+    func deleteSubtree(_ ino: Int64, _ w: LocalWriter) throws {
+        for child in try w.reader.children(of: ino) { try deleteSubtree(child.ino, w) }
+        try w.dropOps(for: ino)
+        try w.delete(ino)
+    }
+
+    /// A remote item takes a name that a local item holds.
+    ///
+    /// A local item with changes the server has not seen keeps them under a conflicted-copy
+    /// name. A clean one is only in the way because its own later change (a rename away, a
+    /// delete) is still ahead in this catch-up: the compacted log lists every item changed after
+    /// our cursor by its latest change, so that change is guaranteed to come and settle its name.
+    func makeRoom(for clash: LocalItem, _ w: LocalWriter) throws {
+        var moved = clash
+        if try clash.revision == nil || w.reader.pendingOps(for: clash.ino) > 0 {
+            moved.name = ConflictNaming.conflictedCopyName(clash.name, device: configuration.deviceName, at: Self.now())
+            if clash.revision != nil { try w.enqueue(.move, ino: clash.ino) }
+            outboxSignal.yield()
+        } else {
+            moved.name = ".ubiq-moving-\(clash.itemID.rawValue)"
+        }
+        try w.update(moved)
+    }
+}
+
+/// `NAME (conflicted copy from DEVICE YYYY-MM-DD HHMMSS).EXT`, as SPEC names kept versions.
+public enum ConflictNaming {
+    public static func conflictedCopyName(_ name: String, device: String, at time: Timestamp) -> String {
+        var t = time_t(time / 1_000_000_000)
+        var tm = tm()
+        gmtime_r(&t, &tm)
+        let stamp = String(format: "%04d-%02d-%02d %02d%02d%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
+        let (base, ext) = split(name)
+        let candidate = "\(base) (conflicted copy from \(device) \(stamp))\(ext)"
+        // Never produce a name the server refuses: trim the base if the whole is too long.
+        if candidate.utf8.count <= ItemName.maxByteCount { return candidate }
+        let suffix = " (conflicted copy from \(device) \(stamp))\(ext)"
+        var trimmed = base
+        while (trimmed + suffix).utf8.count > ItemName.maxByteCount && !trimmed.isEmpty { trimmed.removeLast() }
+        return trimmed + suffix
+    }
+
+    static func split(_ name: String) -> (String, String) {
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return (name, "") }
+        return (String(name[..<dot]), String(name[dot...]))
+    }
+}
+
+struct ChangeFeedService: Service {
+    let engine: SyncEngine
+
+    func run() async throws {
+        var backoff: Duration = .milliseconds(200)
+        while !Task.isCancelledOrShuttingDown {
+            do {
+                let info = try await engine.remote.ensureContainer()
+                _ = info
+                let cursor = try engine.store.read { try $0.meta("cursor") }.map(ChangeCursor.init(_:)) ?? .start
+                let stream = engine.remote.changeStream(since: cursor)
+                let engine = self.engine
+                let connected = try await cancelWhenGracefulShutdown { () async throws -> Bool in
+                    var connected = false
+                    for try await event in stream {
+                        switch event {
+                        case .change(let change):
+                            let inval = try engine.apply(change)
+                            if !inval.isEmpty { engine.observer.invalidate(inval) }
+                        case .ready:
+                            engine.setConnected(true, error: nil)
+                            connected = true
+                        }
+                    }
+                    return connected
+                }
+                if connected { backoff = .milliseconds(200) }
+                engine.setConnected(false, error: "the push stream ended")
+            } catch is CancellationError {
+                return
+            } catch let error as RemoteError {
+                engine.setConnected(false, error: describe(error))
+            } catch {
+                engine.logger.error("change feed failed", metadata: ["error": "\(error)"])
+                engine.setConnected(false, error: "\(error)")
+            }
+            guard !Task.isCancelledOrShuttingDown else { return }
+            try? await Task.sleep(for: backoff)
+            backoff = min(backoff * 2, .seconds(2))
+        }
+    }
+}
+
+extension Task where Success == Never, Failure == Never {
+    static var isCancelledOrShuttingDown: Bool { Task.isCancelled || Task.isShuttingDownGracefully }
+}

@@ -1,0 +1,320 @@
+import Crypto
+import Foundation
+import ItemModel
+import LocalState
+import Logging
+import ServiceLifecycle
+import SyncAPI
+
+extension SyncEngine {
+    /// Sends queued local changes to the server, oldest first, for as long as the mount runs.
+    public var outbox: some Service { OutboxService(engine: self) }
+
+    enum Outcome {
+        /// Sent (or nothing left to send): the entry is gone.
+        case done
+        /// Try again at once (the file changed while it was sent, or the base was rebased).
+        case again
+        /// Try again later; `offline` stops the whole pass.
+        case later(String, after: Duration, offline: Bool)
+    }
+
+    /// One pass over the outbox: every entry that is due, in order. Returns when nothing is due
+    /// or the server cannot be reached.
+    func drainOutbox() async {
+        var skipped: Set<Int64> = []
+        while !Task.isCancelled {
+            let due: OutboxEntry?
+            do {
+                let now = Self.now()
+                due = try store.read { r in try r.outbox(limit: 1000) }.first { $0.notBefore <= now && !skipped.contains($0.seq) }
+            } catch {
+                logger.error("cannot read the outbox", metadata: ["error": "\(error)"])
+                return
+            }
+            guard let entry = due else { return }
+            var outcome = await run(entry)
+            var rounds = 0
+            while case .again = outcome, rounds < 10 {
+                rounds += 1
+                outcome = await run(entry)
+            }
+            switch outcome {
+            case .done, .again:
+                if case .again = outcome { skipped.insert(entry.seq) }
+                continue
+            case .later(let why, let delay, let offline):
+                let until = Self.now() + Int64(delay.components.seconds) * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000
+                try? store.write { w in
+                    try w.deferOp(entry.seq, error: why, until: until)
+                    if !offline, var item = try w.reader.item(entry.ino) {
+                        item.uploadError = why
+                        try w.update(item)
+                    }
+                }
+                skipped.insert(entry.seq)
+                if offline {
+                    setConnected(false, error: why)
+                    return
+                }
+            }
+        }
+    }
+
+    func run(_ entry: OutboxEntry) async -> Outcome {
+        state.withLock { _ = $0.uploading.insert(entry.ino) }
+        defer { state.withLock { s in s.uploading.remove(entry.ino); s.uploadProgress[entry.ino] = nil } }
+        do {
+            let outcome = try await send(entry)
+            if case .done = outcome { try store.write { w in try w.dequeue(entry.seq) } }
+            return outcome
+        } catch let error as RemoteError {
+            switch error {
+            case .unreachable, .unauthorized:
+                return .later(describe(error), after: .seconds(1), offline: true)
+            case .refused, .protocolError:
+                return .later(describe(error), after: .seconds(5), offline: false)
+            }
+        } catch {
+            return .later("\(error)", after: .seconds(5), offline: false)
+        }
+    }
+
+    func send(_ entry: OutboxEntry) async throws -> Outcome {
+        if entry.op == .delete { return try await sendDelete(entry) }
+        guard let item = try store.read({ try $0.item(entry.ino) }) else { return .done }
+        if try store.read({ try $0.isExcluded(item.ino) }) { return .done }
+        if entry.op == .content, state.withLock({ $0.openForWriting[item.ino] != nil }) {
+            // Still being written: the last close queues it again.
+            return .done
+        }
+        // A child goes up after its folder: send the folder's own create first.
+        guard let parentID = try await parentOnServer(item) else {
+            return .later("waiting for its folder to reach the server", after: .seconds(1), offline: false)
+        }
+        switch entry.op {
+        case .createFolder:
+            if item.revision != nil { return .done }
+            return try await adopt(item, remote.createItem(CreateItemRequest(
+                parentID: parentID, name: item.name, kind: .folder, mode: item.mode, created: item.created,
+                modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID)), fallback: item)
+        case .content:
+            return try await sendContent(item, parentID: parentID)
+        case .move, .attributes, .xattrs:
+            guard let base = item.revision else { return .done }  // its create carries everything
+            do {
+                let result: ItemMetadata
+                switch entry.op {
+                case .move: result = try await remote.updateItem(item.itemID, UpdateItemRequest(baseRevision: base, name: item.name, parentID: parentID))
+                case .attributes: result = try await remote.updateItem(item.itemID, UpdateItemRequest(baseRevision: base, mode: item.mode, modified: item.modified))
+                default: result = try await remote.setXattrs(item.itemID, SetXattrsRequest(baseRevision: base, xattrs: item.xattrs))
+                }
+                return try adoptMetadata(item.ino, result)
+            } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
+                // Metadata changes apply on top of whatever changed meanwhile: rebase and resend.
+                try rebase(item.ino, on: current!)
+                return .again
+            } catch let RemoteError.refused(code, _, _) where code == .nameExists {
+                try renameAside(item.ino)
+                return .again
+            } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
+                return try resurrectLocal(item.ino)
+            }
+        case .delete:
+            return .done
+        }
+    }
+
+    func parentOnServer(_ item: LocalItem) async throws -> ItemID? {
+        guard let parentIno = item.parent else { return .root }
+        if parentIno == LocalItem.rootIno { return .root }
+        guard let parent = try store.read({ try $0.item(parentIno) }) else { return nil }
+        if parent.revision != nil { return parent.itemID }
+        let pending = try store.read { r in try r.outbox(limit: 1000) }.first { $0.ino == parentIno && $0.op == .createFolder }
+        guard let pending, pending.notBefore <= Self.now() else { return nil }
+        let outcome = await run(pending)
+        guard case .done = outcome else { return nil }
+        return try store.read { try $0.item(parentIno) }.flatMap { $0.revision != nil ? $0.itemID : nil }
+    }
+
+    func sendContent(_ item: LocalItem, parentID: ItemID) async throws -> Outcome {
+        if item.content != .dirty && item.revision != nil { return .done }
+        let generation = state.withLock { $0.writeGenerations[item.ino] ?? 0 }
+        let path = cache.path(item.ino)
+        let (digest, size) = try Self.hashFile(path)
+        state.withLock { $0.uploadProgress[item.ino] = (0, size) }
+        if try await !remote.hasBlob(digest) {
+            do {
+                try await remote.uploadBlob(digest, size: size, fromFile: path)
+            } catch let RemoteError.refused(code, _, _) where code == .digestMismatch {
+                return .again  // changed while it was being sent: never store a mix
+            }
+        }
+        state.withLock { $0.uploadProgress[item.ino] = (size, size) }
+        guard state.withLock({ $0.writeGenerations[item.ino] ?? 0 }) == generation else { return .again }
+        let result: ItemMetadata
+        do {
+            if let base = item.revision {
+                result = try await remote.updateContent(item.itemID, UpdateContentRequest(baseRevision: base, digest: digest, size: size, modified: item.modified))
+            } else {
+                result = try await remote.createItem(CreateItemRequest(
+                    parentID: parentID, name: item.name, kind: .file, digest: digest, size: size, mode: item.mode,
+                    created: item.created, modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID))
+            }
+        } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
+            let current = current!
+            if current.digest == item.serverDigest {
+                // Only metadata changed on the server (a rename, a chmod): both apply.
+                try rebase(item.ino, on: current, keepContent: true)
+                return .again
+            }
+            // The content changed on the server too: never overwrite it. Until conflict
+            // versions exist, the upload waits here with the reason in uploadingError.
+            return .later("conflict: the server has a newer version (revision \(current.revision)); this device's edit is kept and not uploaded", after: .seconds(30), offline: false)
+        } catch let RemoteError.refused(code, _, _) where code == .nameExists {
+            try renameAside(item.ino)
+            return .again
+        } catch let RemoteError.refused(code, _, _) where code == .itemNotFound || code == .itemIDTaken {
+            return try resurrectLocal(item.ino)
+        }
+        try store.write { w in
+            guard var now = try w.reader.item(item.ino) else { return }
+            now.revision = result.revision
+            now.serverDigest = digest
+            now.uploadError = nil
+            if state.withLock({ $0.writeGenerations[item.ino] ?? 0 }) == generation && now.content == .dirty {
+                now.content = .current
+            }
+            now.cachedBytes = max(now.cachedBytes, size)
+            try w.update(now)
+        }
+        observer.event(MountEvent(kind: "uploaded", path: try store.read { try $0.path(of: item.ino) }))
+        return .done
+    }
+
+    func sendDelete(_ entry: OutboxEntry) async throws -> Outcome {
+        guard let id = entry.itemID, let base = entry.revision else { return .done }
+        do {
+            _ = try await remote.deleteItem(id, base: base, recursive: false)
+            return .done
+        } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
+            return .done
+        } catch let RemoteError.refused(code, _, current) where code == .revisionConflict || code == .folderNotEmpty {
+            // Edit (or a new child) versus delete: the edit wins and the item comes back.
+            let item: ItemMetadata
+            if let current { item = current } else { item = try await remote.item(id) }
+            let inval = try store.write { w -> [KernelInvalidation] in
+                var out: [KernelInvalidation] = []
+                var events: [MountEvent] = []
+                try applyLocked(ItemChange(cursor: .start, kind: .upsert, item: item), w, &out, &events)
+                return out
+            }
+            observer.invalidate(inval)
+            observer.event(MountEvent(kind: "conflict", path: item.name, detail: "changed on the server while deleted here; restored"))
+            return .done
+        }
+    }
+
+    func adopt(_ item: LocalItem, _ result: ItemMetadata, fallback: LocalItem) throws -> Outcome {
+        try adoptMetadata(item.ino, result)
+    }
+
+    /// Records the server's answer: the new revision (and nothing that would undo local edits made since).
+    @discardableResult
+    func adoptMetadata(_ ino: Int64, _ result: ItemMetadata) throws -> Outcome {
+        try store.write { w in
+            guard var now = try w.reader.item(ino) else { return }
+            now.revision = result.revision
+            if now.content != .dirty { now.serverDigest = result.digest }
+            now.uploadError = nil
+            try w.update(now)
+        }
+        return .done
+    }
+
+    func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false) throws {
+        let inval = try store.write { w -> [KernelInvalidation] in
+            guard var item = try w.reader.item(ino) else { return [] }
+            var out: [KernelInvalidation] = [.inode(ino)]
+            // The server's name and place win unless a local move is still queued.
+            let localMove = try w.reader.outbox(limit: 1000).contains { $0.ino == ino && $0.op == .move }
+            if !localMove, let parentID = current.parentID, let parent = try w.reader.item(id: parentID),
+               try w.reader.child(of: parent.ino, named: current.name) == nil {
+                if let old = item.parent { out.append(.entry(parent: old, name: item.name)) }
+                item.parent = parent.ino
+                item.name = current.name
+                out.append(.entry(parent: parent.ino, name: current.name))
+            }
+            item.revision = current.revision
+            if !keepContent && current.digest != item.serverDigest && item.content == .current { item.content = .stale }
+            if !keepContent { item.serverDigest = current.digest }
+            try w.update(item)
+            return out
+        }
+        observer.invalidate(inval)
+    }
+
+    func renameAside(_ ino: Int64) throws {
+        let inval = try store.write { w -> [KernelInvalidation] in
+            guard var item = try w.reader.item(ino), let parent = item.parent else { return [] }
+            let old = item.name
+            item.name = ConflictNaming.conflictedCopyName(old, device: configuration.deviceName, at: Self.now())
+            try w.update(item)
+            if item.revision != nil { try w.enqueue(.move, ino: ino) }
+            return [.entry(parent: parent, name: old), .entry(parent: parent, name: item.name)]
+        }
+        observer.invalidate(inval)
+        observer.event(MountEvent(kind: "conflict", path: nil, detail: "a name was taken on the server; kept as a conflicted copy"))
+    }
+
+    func resurrectLocal(_ ino: Int64) throws -> Outcome {
+        try store.write { w in
+            guard let item = try w.reader.item(ino) else { return }
+            try resurrect(item, w)
+        }
+        return .again
+    }
+
+    /// SHA-256 and size of a cache file, read in 1 MiB blocks.
+    static func hashFile(_ path: String) throws -> (ContentDigest, Int64) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw EngineError.io("cannot read \(path)", errno) }
+        defer { close(fd) }
+        var hasher = SHA256()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var total: Int64 = 0
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw EngineError.io("cannot read \(path)", errno)
+            }
+            if n == 0 { break }
+            buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            total += Int64(n)
+        }
+        return (ContentDigest(bytes: hasher.finalize()), total)
+    }
+}
+
+struct OutboxService: Service {
+    let engine: SyncEngine
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                // Deferred entries come due without a signal: look again every second.
+                group.addTask {
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .seconds(1))
+                        engine.outboxSignal.yield()
+                    }
+                }
+                for await _ in engine.outboxSignals {
+                    await engine.drainOutbox()
+                }
+                group.cancelAll()
+            }
+        }
+    }
+}

@@ -1,0 +1,38 @@
+import Foundation
+import ItemModel
+import SyncAPI
+
+/// The engine's view of the sync server. SyncClient's `SyncHTTPClient` has these methods and the
+/// mount daemon conforms it here (the consumer owns the protocol); TestSupport has
+/// an in-memory one. Every call is async and may throw `RemoteError`.
+public protocol RemoteStore: Sendable {
+    /// Creates the container when missing and returns its info (cursor of the latest change).
+    func ensureContainer() async throws -> ContainerInfo
+
+    /// One page of the change log after `since`.
+    func changes(since: ChangeCursor, limit: Int) async throws -> ChangePage
+
+    /// The push stream: catch-up changes after `since`, then `.ready(cursor)`, then live changes,
+    /// until the stream ends (server gone, cancelled). The caller reconnects with its last cursor.
+    func changeStream(since: ChangeCursor) -> AsyncThrowingStream<ChangeStreamEvent, Error>
+
+    func item(_ id: ItemID) async throws -> ItemMetadata
+
+    /// Streams `range` of the content with `digest` (by digest, so a later upload cannot splice
+    /// another version into a resumed download). Chunks arrive in order.
+    func download(_ digest: ContentDigest, range: Range<Int64>) -> AsyncThrowingStream<[UInt8], Error>
+
+    /// Whether the server already has this content for the account (then the upload is skipped).
+    func hasBlob(_ digest: ContentDigest) async throws -> Bool
+
+    /// Uploads `size` bytes of the file at `path`, declared to hash to `digest`. The server
+    /// refuses (`RemoteError.digestMismatch`) if the bytes sent do not match: a file changed
+    /// while it was being sent is never stored under the old digest.
+    func uploadBlob(_ digest: ContentDigest, size: Int64, fromFile path: String) async throws
+
+    func createItem(_ request: CreateItemRequest) async throws -> ItemMetadata
+    func updateContent(_ id: ItemID, _ request: UpdateContentRequest) async throws -> ItemMetadata
+    func updateItem(_ id: ItemID, _ request: UpdateItemRequest) async throws -> ItemMetadata
+    func deleteItem(_ id: ItemID, base: Revision, recursive: Bool) async throws -> [ItemMetadata]
+    func setXattrs(_ id: ItemID, _ request: SetXattrsRequest) async throws -> ItemMetadata
+}

@@ -1,0 +1,145 @@
+import Crypto
+import Foundation
+import ItemModel
+import LocalState
+import Logging
+import ServiceLifecycle
+import SyncAPI
+import Synchronization
+
+public struct EngineConfiguration: Sendable {
+    public var deviceName: String
+    /// Content beyond this many bytes is evicted (least recently used, clean, closed, unpinned).
+    public var cacheLimit: Int64?
+    public init(deviceName: String, cacheLimit: Int64? = nil) {
+        self.deviceName = deviceName
+        self.cacheLimit = cacheLimit
+    }
+}
+
+/// The mount's sync engine: applies the server's change feed to the local state, sends the
+/// outbox to the server, downloads content on demand, keeps the cache within its limit.
+///
+/// Lock order: `state` is a leaf; no other lock is taken while holding it, and no I/O happens
+/// under it. The database serializes its own writes.
+public final class SyncEngine: Sendable {
+    public let store: LocalStore
+    public let remote: any RemoteStore
+    public let cache: ContentCache
+    public let downloads: Downloads
+    let configuration: EngineConfiguration
+    let observer: any MountObserver
+    let logger: Logger
+
+    struct State {
+        var connected = false
+        var lastError: String?
+        /// Bumped on every local write to a file: an upload whose file changed meanwhile is redone.
+        var writeGenerations: [Int64: UInt64] = [:]
+        /// Files open for writing: never evicted, and their uploads wait for the last close.
+        var openForWriting: [Int64: Int] = [:]
+        var openCount: [Int64: Int] = [:]
+        var uploading: Set<Int64> = []
+        var uploadProgress: [Int64: (Int64, Int64)] = [:]
+    }
+
+    let state = Mutex(State())
+    let outboxSignal: AsyncStream<Void>.Continuation
+    let outboxSignals: AsyncStream<Void>
+    let maintenanceSignal: AsyncStream<Void>.Continuation
+    let maintenanceSignals: AsyncStream<Void>
+
+    public init(store: LocalStore, remote: any RemoteStore, cache: ContentCache, configuration: EngineConfiguration, observer: any MountObserver, logger: Logger) {
+        self.store = store
+        self.remote = remote
+        self.cache = cache
+        self.configuration = configuration
+        self.observer = observer
+        self.logger = logger
+        (outboxSignals, outboxSignal) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        (maintenanceSignals, maintenanceSignal) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let maintenance = maintenanceSignal
+        downloads = Downloads(remote: remote, cache: cache, store: store, logger: logger) { _ in maintenance.yield() }
+        outboxSignal.yield()
+        maintenanceSignal.yield()
+    }
+
+    // MARK: What the file system tells the engine
+
+    /// A local change was queued: wake the uploader.
+    public func outboxChanged() { outboxSignal.yield() }
+
+    public func didWrite(_ ino: Int64) {
+        state.withLock { $0.writeGenerations[ino, default: 0] &+= 1 }
+    }
+
+    public func didOpen(_ ino: Int64, forWriting: Bool) {
+        state.withLock { s in
+            s.openCount[ino, default: 0] += 1
+            if forWriting { s.openForWriting[ino, default: 0] += 1 }
+        }
+    }
+
+    public func didClose(_ ino: Int64, forWriting: Bool) {
+        state.withLock { s in
+            s.openCount[ino, default: 1] -= 1
+            if s.openCount[ino] == 0 { s.openCount[ino] = nil }
+            if forWriting {
+                s.openForWriting[ino, default: 1] -= 1
+                if s.openForWriting[ino] == 0 { s.openForWriting[ino] = nil }
+            }
+        }
+        maintenanceSignal.yield()
+    }
+
+    public func isOpen(_ ino: Int64) -> Bool { state.withLock { $0.openCount[ino] != nil } }
+
+    public func contentChangedLocally() { maintenanceSignal.yield() }
+
+    // MARK: Status
+
+    public struct Status: Sendable {
+        public var connected: Bool
+        public var lastError: String?
+        public var pendingUploads: Int
+        public var activeDownloads: Int
+        public var cachedBytes: Int64
+        public var cacheLimit: Int64?
+        public var itemCount: Int
+    }
+
+    public func status() throws -> Status {
+        let (connected, lastError) = state.withLock { ($0.connected, $0.lastError) }
+        return try store.read { r in
+            Status(connected: connected, lastError: lastError, pendingUploads: try r.outboxCount(),
+                   activeDownloads: downloads.activeCount, cachedBytes: try r.cachedBytesTotal(),
+                   cacheLimit: configuration.cacheLimit, itemCount: try r.itemCount())
+        }
+    }
+
+    public var isConnected: Bool { state.withLock { $0.connected } }
+
+    public func transfer(_ ino: Int64) -> (uploading: Bool, uploadPercent: Int?, downloadPercent: Int?) {
+        let (up, progress) = state.withLock { ($0.uploading.contains(ino), $0.uploadProgress[ino]) }
+        let down = downloads.progress(ino).map { $0.size == 0 ? 100 : Int($0.bytes * 100 / $0.size) }
+        let upPct = progress.map { $0.1 == 0 ? 100 : Int($0.0 * 100 / $0.1) }
+        return (up, upPct, down)
+    }
+
+    func setConnected(_ connected: Bool, error: String?) {
+        let changed = state.withLock { s -> Bool in
+            defer { s.connected = connected; s.lastError = error }
+            return s.connected != connected
+        }
+        if changed {
+            observer.event(MountEvent(kind: connected ? "connected" : "disconnected", detail: error))
+            if connected { outboxSignal.yield() }
+        }
+    }
+
+    static func now() -> Timestamp {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+    }
+}

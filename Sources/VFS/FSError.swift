@@ -1,0 +1,52 @@
+import Glibc
+import ItemModel
+
+/// Every way a file-system operation can fail, and the one errno table that maps them.
+public enum FSError: Error, Sendable, Equatable {
+    case notFound
+    case exists
+    case notEmpty
+    case notADirectory
+    case isADirectory
+    case invalidName(ItemName.Invalid)
+    case nameTooLong
+    /// Hard links, special files, symbolic links: not synced, refused (docs/SEMANTICS.md).
+    case notPermitted
+    case notSupported
+    case invalidArgument
+    case busyWithUnsentChanges
+    case readOnlyAttribute
+    case noAttribute
+    case attributeTooLarge
+    case badHandle
+    case noSpace
+    /// Content could not be fetched or stored; the item's error attribute says why.
+    case io
+
+    /// Exhaustive on purpose: a new case forces a decision.
+    public var errno: Int32 {
+        switch self {
+        case .notFound: ENOENT
+        case .exists: EEXIST
+        case .notEmpty: ENOTEMPTY
+        case .notADirectory: ENOTDIR
+        case .isADirectory: EISDIR
+        case .invalidName(let why):
+            switch why {
+            case .tooLong: ENAMETOOLONG
+            case .empty, .dotOrDotDot, .containsSlash, .containsNUL, .notUTF8: EINVAL
+            }
+        case .nameTooLong: ENAMETOOLONG
+        case .notPermitted: EPERM
+        case .notSupported: EOPNOTSUPP
+        case .invalidArgument: EINVAL
+        case .busyWithUnsentChanges: EBUSY
+        case .readOnlyAttribute: EPERM
+        case .noAttribute: ENODATA
+        case .attributeTooLarge: E2BIG
+        case .badHandle: EBADF
+        case .noSpace: ENOSPC
+        case .io: EIO
+        }
+    }
+}

@@ -1,0 +1,693 @@
+import Foundation
+import ItemModel
+import LocalState
+import Logging
+import SyncEngine
+import Synchronization
+
+/// The mount's file-system semantics, without FUSE: what each POSIX operation does to the
+/// local state, the cache files and the outbox (docs/SEMANTICS.md). MountDaemon's FuseBridge
+/// only converts requests and replies; tests drive this directly.
+///
+/// Threading: metadata operations run synchronously on the caller's (FUSE) thread against the
+/// local database and cache files, never the network. Operations that may need the network
+/// (open of a placeholder, read of bytes not yet here) are `async`; the bridge runs them in a
+/// Task and replies when they finish.
+///
+/// Lock order: `handles` then `live`; both are leaves for everything else (no I/O, no database
+/// call, no engine call under them).
+public final class FileSystem: Sendable {
+    public let engine: SyncEngine
+    let store: LocalStore
+    let cache: ContentCache
+    let logger: Logger
+    let identityToken: String
+
+    /// One open file (`open`/`create` until `release`).
+    struct Handle: Sendable {
+        let ino: Int64
+        let fd: Int32
+        let writable: Bool
+        var wrote = false
+        /// A write failed (disk full): this version is never uploaded.
+        var writeError: Int32?
+        let excluded: Bool
+    }
+
+    /// The size and time of a file being written, ahead of the database until the last close.
+    struct Live: Sendable {
+        var size: Int64
+        var modified: Timestamp
+    }
+
+    let handles = Mutex<(next: UInt64, open: [UInt64: Handle], dirs: [UInt64: [DirectoryEntry]])>((1, [:], [:]))
+    let live = Mutex<[Int64: Live]>([:])
+    /// Items deleted while open: the kernel may still ask about them until the last close.
+    let detached = Mutex<[Int64: LocalItem]>([:])
+
+    public init(engine: SyncEngine, identityToken: String, logger: Logger) {
+        self.engine = engine
+        self.store = engine.store
+        self.cache = engine.cache
+        self.identityToken = identityToken
+        self.logger = logger
+    }
+
+    // MARK: Lookup and attributes
+
+    func item(_ ino: Int64) throws(FSError) -> LocalItem {
+        do {
+            if let item = try store.read({ try $0.item(ino) }) { return item }
+        } catch {
+            logger.error("database read failed", metadata: ["error": "\(error)"])
+            throw .io
+        }
+        if let gone = detached.withLock({ $0[ino] }) { return gone }
+        throw .notFound
+    }
+
+    func attributes(of item: LocalItem) -> NodeAttributes {
+        let l = live.withLock { $0[item.ino] }
+        return NodeAttributes(item, liveSize: l?.size, liveModified: l?.modified)
+    }
+
+    static func name(_ bytes: [UInt8]) throws(FSError) -> ItemName {
+        do { return try ItemName(bytes: bytes) } catch { throw .invalidName(error) }
+    }
+
+    /// nil: no such name (the bridge answers a cacheable negative entry).
+    public func lookup(parent: Int64, name: [UInt8]) throws(FSError) -> NodeAttributes? {
+        guard let text = String(validating: name, as: UTF8.self) else { return nil }
+        let found: LocalItem?
+        do { found = try store.read { try $0.child(of: parent, named: text) } } catch { throw .io }
+        guard let found else {
+            _ = try item(parent)
+            return nil
+        }
+        return attributes(of: found)
+    }
+
+    public func attributes(_ ino: Int64) throws(FSError) -> NodeAttributes {
+        attributes(of: try item(ino))
+    }
+
+    public func forget(_ ino: Int64) {
+        // Inode numbers are row ids that live as long as the item: nothing to drop but a
+        // detached (deleted while open) node that nobody holds any more.
+        if !engine.isOpen(ino) { _ = detached.withLock { $0.removeValue(forKey: ino) } }
+    }
+
+    // MARK: Directories
+
+    public func openDirectory(_ ino: Int64) throws(FSError) -> UInt64 {
+        let dir = try item(ino)
+        guard dir.kind == .folder else { throw .notADirectory }
+        let entries: [DirectoryEntry]
+        do {
+            entries = try store.read { try $0.children(of: ino) }.map { DirectoryEntry(name: $0.name, attributes: attributes(of: $0)) }
+        } catch { throw .io }
+        // A snapshot per open directory: offsets stay stable across the kernel's readdir calls.
+        return handles.withLock { h in
+            let id = h.next
+            h.next += 1
+            h.dirs[id] = entries
+            return id
+        }
+    }
+
+    /// Entries from `offset` (an index into the snapshot; 0 is the first).
+    public func readDirectory(_ handle: UInt64, from offset: Int) throws(FSError) -> ArraySlice<DirectoryEntry> {
+        guard let entries = handles.withLock({ $0.dirs[handle] }) else { throw .badHandle }
+        guard offset < entries.count else { return [] }
+        return entries[offset...]
+    }
+
+    public func closeDirectory(_ handle: UInt64) {
+        _ = handles.withLock { $0.dirs.removeValue(forKey: handle) }
+    }
+
+    public func makeDirectory(parent: Int64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32) throws(FSError) -> NodeAttributes {
+        let n = try Self.name(name)
+        let now = Self.now()
+        let made = try commit { w in
+            guard let p = try w.reader.item(parent) else { throw FSError.notFound }
+            guard p.kind == .folder else { throw FSError.notADirectory }
+            if try w.reader.child(of: parent, named: n.rawValue) != nil { throw FSError.exists }
+            let item = try w.insert(LocalItem(
+                itemID: .random(), parent: parent, name: n.rawValue, kind: .folder, size: 0, mode: mode & 0o7777,
+                uid: uid, gid: gid, created: now, modified: now, changed: now, content: .current, pinned: p.pinned))
+            if try !w.reader.isExcluded(item.ino) { try w.enqueue(.createFolder, ino: item.ino) }
+            try touchFolder(parent, w, now)
+            return item
+        }
+        engine.outboxChanged()
+        return attributes(of: made)
+    }
+
+    // MARK: Files
+
+    public struct Opened: Sendable {
+        public var handle: UInt64
+        /// The kernel may keep its page cache from an earlier open: the content did not change.
+        public var keepCache: Bool
+        public var attributes: NodeAttributes
+    }
+
+    public func createFile(parent: Int64, name: [UInt8], mode: UInt32, flags: Int32, uid: UInt32, gid: UInt32) throws(FSError) -> Opened {
+        let n = try Self.name(name)
+        let now = Self.now()
+        let made = try commit { w in
+            guard let p = try w.reader.item(parent) else { throw FSError.notFound }
+            guard p.kind == .folder else { throw FSError.notADirectory }
+            if try w.reader.child(of: parent, named: n.rawValue) != nil { throw FSError.exists }
+            let item = try w.insert(LocalItem(
+                itemID: .random(), parent: parent, name: n.rawValue, kind: .file, size: 0, mode: mode & 0o7777,
+                uid: uid, gid: gid, created: now, modified: now, changed: now, content: .dirty, pinned: p.pinned))
+            try touchFolder(parent, w, now)
+            return item
+        }
+        let fd: Int32
+        do { fd = try cache.open(made.ino, truncate: true) } catch { throw Self.fsError(error) }
+        let excluded = (try? store.read { try $0.isExcluded(made.ino) }) ?? false
+        // A new file is a change even if nothing is written: its release queues the upload.
+        let handle = register(Handle(ino: made.ino, fd: fd, writable: true, wrote: true, excluded: excluded))
+        live.withLock { $0[made.ino] = Live(size: 0, modified: now) }
+        engine.didOpen(made.ino, forWriting: true)
+        return Opened(handle: handle, keepCache: false, attributes: attributes(of: made))
+    }
+
+    public func open(_ ino: Int64, flags: Int32) async throws(FSError) -> Opened {
+        var item = try item(ino)
+        guard item.kind == .file else { throw .isADirectory }
+        let access = flags & O_ACCMODE
+        let writable = access == O_WRONLY || access == O_RDWR
+        let truncate = writable && (flags & O_TRUNC) != 0
+        let wasLocal = item.content == .current || item.content == .dirty
+        if !truncate && (item.content == .placeholder || item.content == .partial || (item.content == .stale && !engine.isOpen(ino))) {
+            do {
+                if writable {
+                    // Writing into the middle of a file needs all of it here first.
+                    try await engine.waitForContent(item, range: 0..<item.size)
+                } else {
+                    try await engine.prepareForReading(item)
+                }
+            } catch {
+                throw Self.fsError(error)
+            }
+            item = try self.item(ino)
+        }
+        let fd: Int32
+        do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
+        let excluded = (try? store.read { try $0.isExcluded(ino) }) ?? false
+        let handle = register(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded))
+        engine.didOpen(ino, forWriting: writable)
+        if truncate {
+            do { try setSize(ino, 0, fd: fd) } catch {
+                release(handle)
+                throw error
+            }
+            markWritten(handle)
+        }
+        try? store.write { w in
+            guard var now = try w.reader.item(ino) else { return }
+            now.lastAccess = Self.now()
+            try w.update(now)
+        }
+        return Opened(handle: handle, keepCache: wasLocal && !truncate, attributes: attributes(of: try self.item(ino)))
+    }
+
+    public enum ReadResult: Sendable {
+        /// Send `count` bytes from the cache file at `offset` (zero-copy through the kernel).
+        case file(fd: Int32, offset: Int64, count: Int)
+        case bytes([UInt8])
+    }
+
+    public func read(_ handle: UInt64, offset: Int64, size: Int) async throws(FSError) -> ReadResult {
+        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        let item = try item(h.ino)
+        let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
+        guard offset < fileSize else { return .bytes([]) }
+        let count = Int(min(Int64(size), fileSize - offset))
+        if item.content == .placeholder || item.content == .partial {
+            do { try await engine.waitForContent(item, range: offset..<(offset + Int64(count))) } catch { throw Self.fsError(error) }
+        }
+        return .file(fd: h.fd, offset: offset, count: count)
+    }
+
+    public func write(_ handle: UInt64, offset: Int64, data: [UInt8]) throws(FSError) -> Int {
+        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        var done = 0
+        while done < data.count {
+            let n = data.withUnsafeBytes { pwrite(h.fd, $0.baseAddress! + done, data.count - done, off_t(offset + Int64(done))) }
+            if n < 0 {
+                let code = errno
+                if code == EINTR { continue }
+                handles.withLock { $0.open[handle]?.writeError = code }
+                // Disk full is ENOSPC to the writer, never EIO, and this version is not uploaded.
+                throw code == ENOSPC || code == EDQUOT ? .noSpace : .io
+            }
+            done += n
+        }
+        engine.didWrite(h.ino)
+        let end = offset + Int64(done)
+        let now = Self.now()
+        let base = (try? item(h.ino).size) ?? 0
+        live.withLock { l in
+            var entry = l[h.ino] ?? Live(size: base, modified: now)
+            entry.size = max(entry.size, end)
+            entry.modified = now
+            l[h.ino] = entry
+        }
+        if !h.wrote { markWritten(handle) }
+        return done
+    }
+
+    /// The first write through a handle makes the item dirty (its base revision stays).
+    func markWritten(_ handle: UInt64) {
+        guard let h = handles.withLock({ s -> Handle? in
+            guard var h = s.open[handle] else { return nil }
+            h.wrote = true
+            s.open[handle] = h
+            return h
+        }) else { return }
+        try? store.write { w in
+            guard var now = try w.reader.item(h.ino), now.content != .dirty else { return }
+            now.content = .dirty
+            try w.update(now)
+        }
+    }
+
+    public func flush(_ handle: UInt64) throws(FSError) {
+        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        if let code = h.writeError { throw code == ENOSPC || code == EDQUOT ? .noSpace : .io }
+    }
+
+    /// Makes the written content durable and queues its upload (SPEC: on close or fsync).
+    public func fsync(_ handle: UInt64) throws(FSError) {
+        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        if let code = h.writeError { throw code == ENOSPC || code == EDQUOT ? .noSpace : .io }
+        guard Glibc.fsync(h.fd) == 0 else { throw errno == ENOSPC ? .noSpace : .io }
+        if h.wrote { try persistWrites(h, queueUpload: true) }
+    }
+
+    public func release(_ handle: UInt64) {
+        guard let h = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
+        if h.wrote {
+            do { try persistWrites(h, queueUpload: h.writeError == nil) } catch {
+                logger.error("cannot record a closed file", metadata: ["item.ino": "\(h.ino)", "error": "\(error)"])
+            }
+        }
+        close(h.fd)
+        engine.didClose(h.ino, forWriting: h.writable)
+        let stillOpen = handles.withLock { $0.open.values.contains { $0.ino == h.ino } }
+        if !stillOpen {
+            _ = live.withLock { $0.removeValue(forKey: h.ino) }
+            if detached.withLock({ $0.removeValue(forKey: h.ino) }) != nil { cache.remove(h.ino) }
+        }
+        if h.wrote { engine.outboxChanged() }
+    }
+
+    /// Writes the file's new size and time, and (unless the write failed) queues the upload,
+    /// in one transaction: a closed file's upload survives a crash.
+    func persistWrites(_ h: Handle, queueUpload: Bool) throws(FSError) {
+        let l = live.withLock { $0[h.ino] }
+        let size = cache.size(h.ino) ?? l?.size ?? 0
+        try commit { w in
+            guard var item = try w.reader.item(h.ino) else { return }
+            item.size = size
+            if let l { item.modified = l.modified }
+            item.changed = Self.now()
+            item.content = .dirty
+            item.cachedBytes = size
+            if let code = h.writeError {
+                item.uploadError = "a write failed (\(String(cString: strerror(code)))); this version is not uploaded"
+            } else if queueUpload {
+                item.uploadError = nil
+            }
+            try w.update(item)
+            if queueUpload && !h.excluded { try w.enqueue(.content, ino: h.ino) }
+        }
+        engine.contentChangedLocally()
+    }
+
+    func register(_ h: Handle) -> UInt64 {
+        handles.withLock { s in
+            let id = s.next
+            s.next += 1
+            s.open[id] = h
+            return id
+        }
+    }
+
+    // MARK: Attributes
+
+    public struct AttributeChanges: Sendable {
+        public var mode: UInt32?
+        public var uid: UInt32?
+        public var gid: UInt32?
+        public var size: Int64?
+        public var atime: Timestamp?
+        public var mtime: Timestamp?
+        public init(mode: UInt32? = nil, uid: UInt32? = nil, gid: UInt32? = nil, size: Int64? = nil, atime: Timestamp? = nil, mtime: Timestamp? = nil) {
+            self.mode = mode
+            self.uid = uid
+            self.gid = gid
+            self.size = size
+            self.atime = atime
+            self.mtime = mtime
+        }
+    }
+
+    public func setAttributes(_ ino: Int64, _ changes: AttributeChanges, handle: UInt64?) async throws(FSError) -> NodeAttributes {
+        var item = try item(ino)
+        if let size = changes.size {
+            guard item.kind == .file else { throw .isADirectory }
+            if size != 0 && (item.content == .placeholder || item.content == .partial || item.content == .stale) {
+                do { try await engine.waitForContent(item, range: 0..<item.size) } catch { throw Self.fsError(error) }
+            }
+            let fd: Int32
+            do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
+            defer { close(fd) }
+            try setSize(ino, size, fd: fd)
+            let open = handles.withLock { $0.open.values.contains { $0.ino == ino && $0.writable } }
+            if open {
+                if let h = handles.withLock({ $0.open.first { $0.value.ino == ino && $0.value.writable }?.key }) { markWritten(h) }
+            } else {
+                try persistWrites(Handle(ino: ino, fd: fd, writable: true, wrote: true, excluded: (try? store.read { try $0.isExcluded(ino) }) ?? false), queueUpload: true)
+                engine.outboxChanged()
+            }
+            item = try self.item(ino)
+        }
+        if changes.mode != nil || changes.mtime != nil || changes.uid != nil || changes.gid != nil || changes.atime != nil {
+            let synced = changes.mode != nil || changes.mtime != nil
+            try commit { w in
+                guard var now = try w.reader.item(ino) else { throw FSError.notFound }
+                if let mode = changes.mode { now.mode = mode & 0o7777 }
+                if let uid = changes.uid { now.uid = uid }
+                if let gid = changes.gid { now.gid = gid }
+                if let mtime = changes.mtime { now.modified = mtime }
+                if let atime = changes.atime { now.lastAccess = atime }
+                now.changed = Self.now()
+                try w.update(now)
+                if try synced && now.revision != nil && !w.reader.isExcluded(ino) { try w.enqueue(.attributes, ino: ino) }
+            }
+            if let mtime = changes.mtime { live.withLock { if $0[ino] != nil { $0[ino]!.modified = mtime } } }
+            engine.outboxChanged()
+        }
+        return attributes(of: try self.item(ino))
+    }
+
+    func setSize(_ ino: Int64, _ size: Int64, fd: Int32) throws(FSError) {
+        guard ftruncate(fd, off_t(size)) == 0 else { throw errno == ENOSPC ? .noSpace : .io }
+        engine.didWrite(ino)
+        let now = Self.now()
+        live.withLock { $0[ino] = Live(size: size, modified: now) }
+        try commit { w in
+            guard var item = try w.reader.item(ino) else { return }
+            item.size = size
+            item.modified = now
+            item.content = .dirty
+            try w.update(item)
+        }
+    }
+
+    // MARK: Removal and renames
+
+    public func unlink(parent: Int64, name: [UInt8]) throws(FSError) {
+        try remove(parent: parent, name: name, folder: false)
+    }
+
+    public func removeDirectory(parent: Int64, name: [UInt8]) throws(FSError) {
+        try remove(parent: parent, name: name, folder: true)
+    }
+
+    func remove(parent: Int64, name: [UInt8], folder: Bool) throws(FSError) {
+        let n = try Self.name(name)
+        let now = Self.now()
+        let removed = try commit { w -> LocalItem in
+            guard let item = try w.reader.child(of: parent, named: n.rawValue) else { throw FSError.notFound }
+            if folder {
+                guard item.kind == .folder else { throw FSError.notADirectory }
+                if try w.reader.childCount(of: item.ino) > 0 { throw FSError.notEmpty }
+            } else if item.kind == .folder {
+                throw FSError.isADirectory
+            }
+            try deleteRow(item, w)
+            try touchFolder(parent, w, now)
+            return item
+        }
+        if engine.isOpen(removed.ino) {
+            detached.withLock { $0[removed.ino] = removed }
+        } else {
+            cache.remove(removed.ino)
+        }
+        engine.downloads.cancel(removed.ino)
+        engine.outboxChanged()
+    }
+
+    /// Removes an item's row; if the server has it, queues its deletion with the base revision.
+    func deleteRow(_ item: LocalItem, _ w: LocalWriter) throws {
+        let excluded = try w.reader.isExcluded(item.ino)
+        try w.dropOps(for: item.ino)
+        try w.delete(item.ino)
+        if let revision = item.revision, !excluded {
+            try w.enqueue(.delete, ino: item.ino, itemID: item.itemID, revision: revision)
+        }
+    }
+
+    public func rename(parent: Int64, name: [UInt8], newParent: Int64, newName: [UInt8], noReplace: Bool, exchange: Bool) throws(FSError) {
+        if exchange { throw .invalidArgument }
+        let from = try Self.name(name)
+        let to = try Self.name(newName)
+        let now = Self.now()
+        var replaced: LocalItem?
+        try commit { w in
+            let r = w.reader
+            guard var source = try r.child(of: parent, named: from.rawValue) else { throw FSError.notFound }
+            guard let destination = try r.item(newParent) else { throw FSError.notFound }
+            guard destination.kind == .folder else { throw FSError.notADirectory }
+            if parent == newParent && from == to { return }
+            // A folder cannot move below itself.
+            var cursor: Int64? = newParent
+            while let c = cursor {
+                if c == source.ino { throw FSError.invalidArgument }
+                cursor = try r.item(c)?.parent
+            }
+            let wasExcluded = try r.isExcluded(source.ino)
+            if let target = try r.child(of: newParent, named: to.rawValue) {
+                if noReplace { throw FSError.exists }
+                if target.kind == .folder {
+                    guard source.kind == .folder else { throw FSError.isADirectory }
+                    if try r.childCount(of: target.ino) > 0 { throw FSError.notEmpty }
+                } else if source.kind == .folder {
+                    throw FSError.notADirectory
+                }
+                if try source.kind == .file && source.revision == nil && target.revision != nil && !r.isExcluded(target.ino) {
+                    // An editor's safe save (write a temp file, rename it over): the new content
+                    // becomes the next version of the same item, with the target's base
+                    // revision, so the server checks it like any edit.
+                    try w.dropOps(for: target.ino)
+                    try w.delete(target.ino)
+                    source.itemID = target.itemID
+                    source.revision = target.revision
+                    source.serverDigest = target.serverDigest
+                } else {
+                    try deleteRow(target, w)
+                }
+                replaced = target
+            }
+            source.parent = newParent
+            source.name = to.rawValue
+            source.changed = now
+            try w.update(source)
+            try touchFolder(parent, w, now)
+            if newParent != parent { try touchFolder(newParent, w, now) }
+            let isExcluded = try r.isExcluded(source.ino)
+            switch (wasExcluded, isExcluded) {
+            case (false, false):
+                if source.revision != nil {
+                    try w.enqueue(.move, ino: source.ino)
+                    if source.content == .dirty { try w.enqueue(.content, ino: source.ino) }
+                }
+            case (false, true):
+                // Into a `.nosync` folder: local-only from now on, gone from the server.
+                try forgetOnServer(source, w)
+            case (true, false):
+                try announce(source, w)
+            case (true, true):
+                break
+            }
+        }
+        if let replaced {
+            if engine.isOpen(replaced.ino) { detached.withLock { $0[replaced.ino] = replaced } } else { cache.remove(replaced.ino) }
+        }
+        engine.outboxChanged()
+    }
+
+    /// Queues the deletion of an item (and what is below it) that became local-only.
+    func forgetOnServer(_ item: LocalItem, _ w: LocalWriter) throws {
+        for var d in try w.reader.descendants(of: item.ino) + [item] {
+            try w.dropOps(for: d.ino)
+            if let revision = d.revision, d.ino == item.ino {
+                try w.enqueue(.delete, ino: d.ino, itemID: d.itemID, revision: revision)
+            }
+            d.revision = nil
+            d.itemID = .random()
+            try w.update(d)
+        }
+    }
+
+    /// Queues the creation of an item (and what is below it) that stopped being local-only.
+    func announce(_ item: LocalItem, _ w: LocalWriter) throws {
+        var all = [item]
+        all += try w.reader.descendants(of: item.ino)
+        for var d in all {
+            d.revision = nil
+            if d.kind == .file { d.content = d.content == .placeholder ? .placeholder : .dirty }
+            try w.update(d)
+            try w.enqueue(d.kind == .folder ? .createFolder : .content, ino: d.ino)
+        }
+    }
+
+    public func link() throws(FSError) { throw .notPermitted }
+
+    // MARK: Extended attributes
+
+    public func getXattr(_ ino: Int64, name: String) throws(FSError) -> [UInt8] {
+        let item = try item(ino)
+        if name.hasPrefix(ItemStatus.prefix) {
+            if name == "user.ubiq.identityToken" {
+                guard ino == LocalItem.rootIno else { throw .noAttribute }
+                return Array(identityToken.utf8)
+            }
+            guard let value = status(of: item).attributes.first(where: { $0.0 == name })?.1 else { throw .noAttribute }
+            return Array(value.utf8)
+        }
+        guard name.hasPrefix("user."), let value = item.xattrs[name] else { throw .noAttribute }
+        return Array(value)
+    }
+
+    public func listXattrs(_ ino: Int64) throws(FSError) -> [String] {
+        let item = try item(ino)
+        var names = status(of: item).attributes.map(\.0)
+        if ino == LocalItem.rootIno { names.append("user.ubiq.identityToken") }
+        names += item.xattrs.keys.sorted()
+        return names
+    }
+
+    public func status(of item: LocalItem) -> ItemStatus {
+        let excluded = (try? store.read { try $0.isExcluded(item.ino) }) ?? false
+        let pending = (try? store.read { try $0.pendingOps(for: item.ino) }) ?? 0
+        let transfer = engine.transfer(item.ino)
+        var item = item
+        if let l = live.withLock({ $0[item.ino] }) { item.size = l.size }
+        return ItemStatus(item: item, excluded: excluded, pendingOps: pending, downloadPercent: transfer.downloadPercent,
+                          uploading: transfer.uploading, uploadPercent: transfer.uploadPercent)
+    }
+
+    public func setXattr(_ ino: Int64, name: String, value: [UInt8], create: Bool, replace: Bool) throws(FSError) {
+        if name.hasPrefix(ItemStatus.prefix) {
+            guard ItemStatus.writable.contains(name) else { throw .readOnlyAttribute }
+            let text = String(decoding: value, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            do {
+                switch (name, text) {
+                case ("user.ubiq.pinned", "1"): try engine.setPinned(ino, true); try engine.startDownload(ino)
+                case ("user.ubiq.pinned", "0"): try engine.setPinned(ino, false)
+                case ("user.ubiq.downloadingStatus", "current"): try engine.startDownload(ino)
+                case ("user.ubiq.downloadingStatus", "notDownloaded"):
+                    if engine.isOpen(ino) { throw FSError.busyWithUnsentChanges }
+                    try engine.evict(ino)
+                default: throw FSError.invalidArgument
+                }
+            } catch let e as FSError {
+                throw e
+            } catch is EvictRefusal {
+                throw .busyWithUnsentChanges
+            } catch {
+                throw Self.fsError(error)
+            }
+            return
+        }
+        guard name.hasPrefix("user."), name.utf8.count > 5 else { throw .notSupported }
+        guard name.utf8.count <= SyncedXattr.maxNameBytes else { throw .nameTooLong }
+        try commit { w in
+            guard var item = try w.reader.item(ino) else { throw FSError.notFound }
+            let exists = item.xattrs[name] != nil
+            if create && exists { throw FSError.exists }
+            if replace && !exists { throw FSError.noAttribute }
+            item.xattrs[name] = Data(value)
+            do { try SyncedXattr.validate(item.xattrs) } catch { throw FSError.attributeTooLarge }
+            item.changed = Self.now()
+            try w.update(item)
+            if try !w.reader.isExcluded(ino) && item.revision != nil { try w.enqueue(.xattrs, ino: ino) }
+        }
+        engine.outboxChanged()
+    }
+
+    public func removeXattr(_ ino: Int64, name: String) throws(FSError) {
+        if name.hasPrefix(ItemStatus.prefix) { throw .readOnlyAttribute }
+        guard name.hasPrefix("user.") else { throw .noAttribute }
+        try commit { w in
+            guard var item = try w.reader.item(ino) else { throw FSError.notFound }
+            guard item.xattrs.removeValue(forKey: name) != nil else { throw FSError.noAttribute }
+            item.changed = Self.now()
+            try w.update(item)
+            if try !w.reader.isExcluded(ino) && item.revision != nil { try w.enqueue(.xattrs, ino: ino) }
+        }
+        engine.outboxChanged()
+    }
+
+    // MARK: Volume
+
+    public func statistics() -> VolumeStatistics {
+        var s = statvfs()
+        _ = statvfs(cache.directory, &s)
+        let items = UInt64((try? store.read { try $0.itemCount() }) ?? 0)
+        return VolumeStatistics(
+            blockSize: UInt64(s.f_bsize), blocks: UInt64(s.f_blocks), blocksFree: UInt64(s.f_bfree),
+            blocksAvailable: UInt64(s.f_bavail), files: items + UInt64(s.f_ffree), filesFree: UInt64(s.f_ffree),
+            nameMax: UInt64(ItemName.maxByteCount))
+    }
+
+    // MARK: Helpers
+
+    func touchFolder(_ ino: Int64, _ w: LocalWriter, _ now: Timestamp) throws {
+        guard var folder = try w.reader.item(ino) else { return }
+        folder.modified = now
+        folder.changed = now
+        try w.update(folder)
+    }
+
+    @discardableResult
+    func commit<T>(_ body: (LocalWriter) throws -> T) throws(FSError) -> T {
+        do {
+            return try store.write(body)
+        } catch let error as FSError {
+            throw error
+        } catch {
+            logger.error("database write failed", metadata: ["error": "\(error)"])
+            throw Self.fsError(error)
+        }
+    }
+
+    static func fsError(_ error: Error) -> FSError {
+        switch error {
+        case let e as FSError: return e
+        case let e as EngineError:
+            switch e.errno {
+            case ENOSPC: return .noSpace
+            case ENOENT: return .notFound
+            default: return .io
+            }
+        default:
+            let text = "\(error)"
+            return text.contains("SQLITE_FULL") || text.contains("database or disk is full") ? .noSpace : .io
+        }
+    }
+
+    static func now() -> Timestamp {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+    }
+}

@@ -1,0 +1,70 @@
+import ItemModel
+import LocalState
+
+/// The `user.ubiq.*` status attributes (SPEC, "Extended attributes"), computed from local
+/// state alone: reading them never downloads anything.
+public struct ItemStatus: Sendable, Equatable {
+    public var downloadingStatus: String
+    public var isDownloading: Bool
+    public var percentDownloaded: Int
+    public var isUploaded: Bool
+    public var isUploading: Bool
+    public var percentUploaded: Int
+    public var hasUnresolvedConflicts: Bool
+    public var downloadingError: String?
+    public var uploadingError: String?
+    public var pinned: Bool
+    public var itemID: String
+    public var revision: String?
+
+    public static let prefix = "user.ubiq."
+    public static let writable: Set<String> = ["user.ubiq.pinned", "user.ubiq.downloadingStatus"]
+
+    /// - Parameters:
+    ///   - pendingOps: changes of this item still in the outbox.
+    ///   - downloadPercent: progress of a running download, nil when none runs.
+    ///   - uploading / uploadPercent: whether the outbox is sending this item right now.
+    public init(item: LocalItem, excluded: Bool, pendingOps: Int, downloadPercent: Int?, uploading: Bool, uploadPercent: Int?) {
+        let local = item.kind == .folder || item.content == .current || item.content == .dirty
+        if excluded {
+            downloadingStatus = "excluded"
+        } else if local {
+            downloadingStatus = "current"
+        } else if item.content == .stale {
+            downloadingStatus = "downloaded"
+        } else {
+            downloadingStatus = "notDownloaded"
+        }
+        isDownloading = downloadPercent != nil
+        percentDownloaded = local || item.content == .stale ? 100 : (downloadPercent ?? 0)
+        let unsent = !excluded && (pendingOps > 0 || item.content == .dirty || item.revision == nil)
+        isUploaded = !unsent
+        isUploading = uploading
+        percentUploaded = unsent ? (uploadPercent ?? 0) : 100
+        hasUnresolvedConflicts = item.uploadError?.hasPrefix("conflict") ?? false
+        downloadingError = item.downloadError
+        uploadingError = item.uploadError
+        pinned = item.pinned
+        itemID = item.itemID.rawValue
+        revision = item.revision?.rawValue
+    }
+
+    /// Name and value of every attribute that is present, in SPEC's order.
+    public var attributes: [(String, String)] {
+        var out: [(String, String)] = [
+            ("user.ubiq.downloadingStatus", downloadingStatus),
+            ("user.ubiq.isDownloading", isDownloading ? "1" : "0"),
+            ("user.ubiq.percentDownloaded", String(percentDownloaded)),
+            ("user.ubiq.isUploaded", isUploaded ? "1" : "0"),
+            ("user.ubiq.isUploading", isUploading ? "1" : "0"),
+            ("user.ubiq.percentUploaded", String(percentUploaded)),
+            ("user.ubiq.hasUnresolvedConflicts", hasUnresolvedConflicts ? "1" : "0"),
+        ]
+        if let downloadingError { out.append(("user.ubiq.downloadingError", downloadingError)) }
+        if let uploadingError { out.append(("user.ubiq.uploadingError", uploadingError)) }
+        out.append(("user.ubiq.pinned", pinned ? "1" : "0"))
+        out.append(("user.ubiq.itemID", itemID))
+        if let revision { out.append(("user.ubiq.revision", revision)) }
+        return out
+    }
+}
