@@ -9,6 +9,7 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "ubiq-server", targets: ["ubiq-server"]),
+        .executable(name: "ubiq", targets: ["ubiq"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
@@ -23,12 +24,30 @@ let package = Package(
     ],
     targets: [
         .executableTarget(
+            name: "ubiq",
+            dependencies: [
+                "MountDaemon", "SyncClient", "SyncAPI", "ItemModel",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
             name: "ubiq-server",
             dependencies: [
                 "SyncServer", "ServerStorage", "ItemModel",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "MountDaemon",
+            dependencies: [
+                "VFS", "SyncEngine", "SyncClient", "LocalState", "FuseKit", "SyncAPI", "ItemModel",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         .target(
@@ -79,6 +98,8 @@ let package = Package(
             dependencies: ["ItemModel", .product(name: "GRDB", package: "GRDB.swift")]
         ),
         .target(name: "SyncAPI", dependencies: ["ItemModel"]),
+        .target(name: "FuseKit", dependencies: ["CFuse3"]),
+        .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
         .target(name: "ItemModel"),
         .target(
             name: "TestSupport",

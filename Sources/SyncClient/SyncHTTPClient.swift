@@ -22,6 +22,9 @@ public final class SyncHTTPClient: Sendable {
         var c = HTTPClient.Configuration()
         c.timeout = .init(connect: .seconds(2), read: .seconds(60))
         c.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 16)
+        // A refused connection means offline: fail the request now instead of retrying until
+        // its deadline, so that an open of a placeholder answers EIO at once.
+        c.connectionPool.retryConnectionEstablishment = false
         c.decompression = .disabled
         return c
     }()
@@ -37,9 +40,12 @@ public final class SyncHTTPClient: Sendable {
         try? await http.shutdown()
     }
 
+    /// For one-off requests (login, health): the same fail-fast configuration.
+    static let shared = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+
     /// Trades a password for a bearer token.
     public static func login(server: String, user: String, password: String) async throws -> TokenResponse {
-        let client = HTTPClient.shared
+        let client = Self.shared
         var request = HTTPClientRequest(url: server + APIPath.token)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
@@ -50,7 +56,7 @@ public final class SyncHTTPClient: Sendable {
     }
 
     public static func health(server: String) async throws -> HealthResponse {
-        let client = HTTPClient.shared
+        let client = Self.shared
         let (status, body) = try await send(client, HTTPClientRequest(url: server + APIPath.health))
         guard status == 200 else { throw error(status: status, body: body) }
         return try decode(HealthResponse.self, body)
@@ -81,7 +87,7 @@ public final class SyncHTTPClient: Sendable {
 
     static func send(_ client: HTTPClient, _ request: HTTPClientRequest) async throws -> (Int, ByteBuffer) {
         do {
-            let response = try await client.execute(request, timeout: .seconds(120))
+            let response = try await client.execute(request, timeout: .seconds(60))
             let body = try await response.body.collect(upTo: maxJSONResponse)
             return (Int(response.status.code), body)
         } catch let error as RemoteError {

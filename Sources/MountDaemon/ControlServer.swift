@@ -1,0 +1,72 @@
+import Foundation
+import Hummingbird
+import ItemModel
+import LocalState
+import Logging
+import SyncAPI
+import SyncEngine
+
+/// The control socket: `ubiq status`, `ubiq unmount` and `ubiq monitor` talk to the daemon here.
+struct ControlServer {
+    let engine: SyncEngine
+    let configuration: MountConfiguration
+    let events: EventFanOut
+    let requestUnmount: @Sendable () -> Void
+
+    func makeApplication(socketPath: String, logger: Logger) -> some ApplicationProtocol {
+        let router = Router()
+        router.get(RouterPath(ControlPath.status)) { _, _ in try json(try report()) }
+        router.post(RouterPath(ControlPath.flush)) { request, _ in
+            let seconds = request.uri.queryParameters["timeout"].flatMap { Double(String($0)) } ?? 30
+            return try json(try await flush(within: .milliseconds(Int(seconds * 1000))))
+        }
+        router.post(RouterPath(ControlPath.unmount)) { _, _ in
+            requestUnmount()
+            return try json(try report())
+        }
+        router.get(RouterPath(ControlPath.events)) { _, _ in
+            let (stream, cancel) = events.subscribe()
+            return Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: ResponseBody { writer in
+                defer { cancel() }
+                for await event in stream {
+                    var line = try JSONEncoder().encode(event)
+                    line.append(UInt8(ascii: "\n"))
+                    try await writer.write(ByteBuffer(bytes: line))
+                }
+                try await writer.finish(nil)
+            })
+        }
+        return Application(
+            router: router, configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "ubiq-mount"),
+            logger: logger)
+    }
+
+    func report() throws -> MountStatusReport {
+        let s = try engine.status()
+        return MountStatusReport(
+            mountpoint: configuration.mountpoint, server: configuration.serverURL, account: configuration.account,
+            container: configuration.container.rawValue, device: configuration.deviceName, connected: s.connected,
+            lastError: s.lastError, pendingUploads: s.pendingUploads, activeDownloads: s.activeDownloads,
+            cachedBytes: s.cachedBytes, cacheLimit: s.cacheLimit, items: s.itemCount)
+    }
+
+    /// Waits (bounded) until the outbox is empty; says what is still pending.
+    func flush(within limit: Duration) async throws -> FlushReport {
+        engine.outboxChanged()
+        let clock = ContinuousClock()
+        let deadline = clock.now + limit
+        while clock.now < deadline {
+            if try engine.store.read({ try $0.outboxCount() }) == 0 { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return try engine.store.read { r in
+            let pending = try r.outbox(limit: 1000)
+            let paths = try pending.prefix(20).compactMap { try r.path(of: $0.ino) }
+            return FlushReport(pending: pending.count, paths: paths)
+        }
+    }
+}
+
+func json<T: Encodable>(_ value: T) throws -> Response {
+    Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: try JSONEncoder().encode(value))))
+}

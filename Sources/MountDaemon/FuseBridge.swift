@@ -1,0 +1,229 @@
+import FuseKit
+import Glibc
+import ItemModel
+import LocalState
+import VFS
+
+/// FuseKit ⇄ VFS: converts requests to VFS calls and VFS answers to replies. No file-system
+/// rules live here.
+///
+/// Metadata requests are answered on the FUSE thread (local database, no network). Requests
+/// that may wait for the network (open of a placeholder, read of bytes not yet here,
+/// truncating a placeholder) move their reply token into a Task.
+struct FuseBridge: FileSystemHandler {
+    let fs: FileSystem
+
+    /// Long kernel caches make `stat` and `ls` run at native speed; remote changes invalidate
+    /// the affected entries explicitly (KernelInvalidator).
+    static let entryTimeout: Duration = .seconds(3600)
+    static let attributeTimeout: Duration = .seconds(3600)
+
+    static func fileAttributes(_ a: NodeAttributes) -> FileAttributes {
+        FileAttributes(
+            ino: UInt64(a.ino), mode: (a.kind == .folder ? S_IFDIR : S_IFREG) | a.mode, nlink: a.nlink, uid: a.uid, gid: a.gid,
+            size: a.size, blocks: a.blocks, blockSize: 4096, atime: time(a.atime), mtime: time(a.mtime), ctime: time(a.ctime))
+    }
+
+    static func time(_ t: Timestamp) -> FileTime {
+        FileTime(seconds: t / 1_000_000_000, nanoseconds: Int32(t % 1_000_000_000))
+    }
+
+    static func entry(_ a: NodeAttributes) -> FuseEntry {
+        FuseEntry(attributes: fileAttributes(a), generation: 0, attributeTimeout: attributeTimeout, entryTimeout: entryTimeout)
+    }
+
+    static func nanoseconds(_ change: TimeChange?) -> Timestamp? {
+        switch change {
+        case nil: nil
+        case .now: FileTime.now().seconds * 1_000_000_000 + Int64(FileTime.now().nanoseconds)
+        case .set(let t): t.seconds * 1_000_000_000 + Int64(t.nanoseconds)
+        }
+    }
+
+    func lookup(parent: UInt64, name: [UInt8], context: RequestContext, reply: consuming EntryReply) {
+        do {
+            if let a = try fs.lookup(parent: Int64(parent), name: name) {
+                reply.entry(Self.entry(a))
+            } else {
+                reply.negative(timeout: Self.entryTimeout)
+            }
+        } catch { reply.error(error.errno) }
+    }
+
+    func forget(ino: UInt64, lookups: UInt64) { fs.forget(Int64(ino)) }
+
+    func getattr(ino: UInt64, handle: UInt64?, context: RequestContext, reply: consuming AttrReply) {
+        do { reply.attributes(Self.fileAttributes(try fs.attributes(Int64(ino))), timeout: Self.attributeTimeout) } catch { reply.error(error.errno) }
+    }
+
+    func setattr(ino: UInt64, changes: AttributeChanges, handle: UInt64?, context: RequestContext, reply: consuming AttrReply) {
+        let vfsChanges = FileSystem.AttributeChanges(
+            mode: changes.mode, uid: changes.uid, gid: changes.gid, size: changes.size,
+            atime: Self.nanoseconds(changes.atime), mtime: Self.nanoseconds(changes.mtime))
+        var pending: AttrReply? = consume reply
+        let fs = self.fs
+        Task {
+            do {
+                let a = try await fs.setAttributes(Int64(ino), vfsChanges, handle: handle)
+                pending.take()!.attributes(Self.fileAttributes(a), timeout: Self.attributeTimeout)
+            } catch { pending.take()!.error((error as? FSError)?.errno ?? EIO) }
+        }
+    }
+
+    func readlink(ino: UInt64, context: RequestContext, reply: consuming ReadlinkReply) { reply.error(EINVAL) }
+
+    func mknod(parent: UInt64, name: [UInt8], mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
+        do {
+            let opened = try fs.createFile(parent: Int64(parent), name: name, mode: mode, flags: O_WRONLY, uid: context.uid, gid: context.gid)
+            fs.release(opened.handle)
+            reply.entry(Self.entry(opened.attributes))
+        } catch { reply.error(error.errno) }
+    }
+
+    func mkdir(parent: UInt64, name: [UInt8], mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
+        do {
+            reply.entry(Self.entry(try fs.makeDirectory(parent: Int64(parent), name: name, mode: mode, uid: context.uid, gid: context.gid)))
+        } catch { reply.error(error.errno) }
+    }
+
+    func unlink(parent: UInt64, name: [UInt8], context: RequestContext, reply: consuming StatusReply) {
+        do { try fs.unlink(parent: Int64(parent), name: name); reply.success() } catch { reply.error(error.errno) }
+    }
+
+    func rmdir(parent: UInt64, name: [UInt8], context: RequestContext, reply: consuming StatusReply) {
+        do { try fs.removeDirectory(parent: Int64(parent), name: name); reply.success() } catch { reply.error(error.errno) }
+    }
+
+    /// Symbolic links are not synced (docs/SEMANTICS.md).
+    func symlink(target: [UInt8], parent: UInt64, name: [UInt8], context: RequestContext, reply: consuming EntryReply) {
+        reply.error(EPERM)
+    }
+
+    func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: RenameFlags, context: RequestContext, reply: consuming StatusReply) {
+        if flags.contains(.whiteout) { return reply.error(EINVAL) }
+        do {
+            try fs.rename(parent: Int64(parent), name: name, newParent: Int64(newParent), newName: newName,
+                          noReplace: flags.contains(.noReplace), exchange: flags.contains(.exchange))
+            reply.success()
+        } catch { reply.error(error.errno) }
+    }
+
+    /// Hard links are not supported (docs/SEMANTICS.md).
+    func link(ino: UInt64, newParent: UInt64, newName: [UInt8], context: RequestContext, reply: consuming EntryReply) {
+        reply.error(EPERM)
+    }
+
+    func open(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
+        var pending: OpenReply? = consume reply
+        let fs = self.fs
+        Task {
+            do {
+                let opened = try await fs.open(Int64(ino), flags: flags)
+                if !pending.take()!.opened(handle: opened.handle, options: opened.keepCache ? [.keepCache] : []) {
+                    fs.release(opened.handle)  // the caller was interrupted: no release will come
+                }
+            } catch { pending.take()!.error((error as? FSError)?.errno ?? EIO) }
+        }
+    }
+
+    func create(parent: UInt64, name: [UInt8], mode: UInt32, flags: Int32, context: RequestContext, reply: consuming CreateReply) {
+        do {
+            let opened = try fs.createFile(parent: Int64(parent), name: name, mode: mode, flags: flags, uid: context.uid, gid: context.gid)
+            if !reply.created(Self.entry(opened.attributes), handle: opened.handle) { fs.release(opened.handle) }
+        } catch { reply.error(error.errno) }
+    }
+
+    func read(ino: UInt64, handle: UInt64, offset: Int64, size: Int, context: RequestContext, reply: consuming ReadReply) {
+        var pending: ReadReply? = consume reply
+        let fs = self.fs
+        Task {
+            do {
+                switch try await fs.read(handle, offset: offset, size: size) {
+                case .bytes(let b): pending.take()!.data(b)
+                case .file(let fd, let off, let count): _ = pending.take()!.file(descriptor: fd, offset: off, count: count)
+                }
+            } catch { pending.take()!.error((error as? FSError)?.errno ?? EIO) }
+        }
+    }
+
+    func write(ino: UInt64, handle: UInt64, offset: Int64, data: [UInt8], isWritepage: Bool, context: RequestContext, reply: consuming WriteReply) {
+        do { reply.written(try fs.write(handle, offset: offset, data: data)) } catch { reply.error(error.errno) }
+    }
+
+    func flush(ino: UInt64, handle: UInt64, lockOwner: UInt64, context: RequestContext, reply: consuming StatusReply) {
+        do { try fs.flush(handle); reply.success() } catch { reply.error(error.errno) }
+    }
+
+    func release(ino: UInt64, handle: UInt64, flags: Int32, context: RequestContext, reply: consuming StatusReply) {
+        fs.release(handle)
+        reply.success()
+    }
+
+    func fsync(ino: UInt64, handle: UInt64, dataOnly: Bool, context: RequestContext, reply: consuming StatusReply) {
+        do { try fs.fsync(handle); reply.success() } catch { reply.error(error.errno) }
+    }
+
+    func opendir(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
+        do { reply.opened(handle: try fs.openDirectory(Int64(ino)), options: [.cacheDirectory]) } catch { reply.error(error.errno) }
+    }
+
+    func readdir(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryReply) {
+        do {
+            var index = Int(offset)
+            for e in try fs.readDirectory(handle, from: index) {
+                index += 1
+                if !reply.add(name: Array(e.name.utf8), ino: UInt64(e.attributes.ino), type: e.attributes.kind == .folder ? .directory : .regular, nextOffset: Int64(index)) { break }
+            }
+            reply.send()
+        } catch { reply.error(error.errno) }
+    }
+
+    func readdirplus(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryPlusReply) {
+        do {
+            var index = Int(offset)
+            for e in try fs.readDirectory(handle, from: index) {
+                index += 1
+                if !reply.add(name: Array(e.name.utf8), entry: Self.entry(e.attributes), nextOffset: Int64(index)) { break }
+            }
+            reply.send()
+        } catch { reply.error(error.errno) }
+    }
+
+    func releasedir(ino: UInt64, handle: UInt64, context: RequestContext, reply: consuming StatusReply) {
+        fs.closeDirectory(handle)
+        reply.success()
+    }
+
+    func fsyncdir(ino: UInt64, handle: UInt64, dataOnly: Bool, context: RequestContext, reply: consuming StatusReply) {
+        reply.success()
+    }
+
+    func statfs(ino: UInt64, context: RequestContext, reply: consuming StatfsReply) {
+        let s = fs.statistics()
+        reply.statistics(FileSystemStatistics(
+            blockSize: s.blockSize, totalBlocks: s.blocks, freeBlocks: s.blocksFree, availableBlocks: s.blocksAvailable,
+            totalFiles: s.files, freeFiles: s.filesFree, maxNameLength: s.nameMax))
+    }
+
+    func setxattr(ino: UInt64, name: [UInt8], value: [UInt8], flags: XattrSetFlags, context: RequestContext, reply: consuming StatusReply) {
+        guard let n = String(validating: name, as: UTF8.self) else { return reply.error(EINVAL) }
+        do {
+            try fs.setXattr(Int64(ino), name: n, value: value, create: flags.contains(.create), replace: flags.contains(.replace))
+            reply.success()
+        } catch { reply.error(error.errno) }
+    }
+
+    func getxattr(ino: UInt64, name: [UInt8], context: RequestContext, reply: consuming XattrReply) {
+        guard let n = String(validating: name, as: UTF8.self) else { return reply.error(ENODATA) }
+        do { reply.value(try fs.getXattr(Int64(ino), name: n)) } catch { reply.error(error.errno) }
+    }
+
+    func listxattr(ino: UInt64, context: RequestContext, reply: consuming XattrReply) {
+        do { reply.names(try fs.listXattrs(Int64(ino)).map { Array($0.utf8) }) } catch { reply.error(error.errno) }
+    }
+
+    func removexattr(ino: UInt64, name: [UInt8], context: RequestContext, reply: consuming StatusReply) {
+        guard let n = String(validating: name, as: UTF8.self) else { return reply.error(ENODATA) }
+        do { try fs.removeXattr(Int64(ino), name: n); reply.success() } catch { reply.error(error.errno) }
+    }
+}

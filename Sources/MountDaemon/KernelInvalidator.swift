@@ -1,0 +1,63 @@
+import FuseKit
+import Logging
+import ServiceLifecycle
+import SyncEngine
+
+/// Delivers the engine's invalidations to the kernel from its own task: never inside a FUSE
+/// request and never under a lock a request needs (a notification can wait for the very
+/// request being served). Also fans mount events out to `ubiq monitor` listeners.
+final class KernelInvalidator: MountObserver, Service {
+    let invalidations: AsyncStream<[KernelInvalidation]>
+    let sink: AsyncStream<[KernelInvalidation]>.Continuation
+    let events: EventFanOut
+    let notifier: @Sendable () -> KernelNotifier?
+    let logger: Logger
+
+    init(events: EventFanOut, logger: Logger, notifier: @escaping @Sendable () -> KernelNotifier?) {
+        (invalidations, sink) = AsyncStream.makeStream()
+        self.events = events
+        self.notifier = notifier
+        self.logger = logger
+    }
+
+    func invalidate(_ invalidations: [KernelInvalidation]) { sink.yield(invalidations) }
+
+    func event(_ event: MountEvent) { events.publish(event) }
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            for await batch in self.invalidations {
+                guard let notifier = self.notifier() else { continue }
+                for item in Set(batch) {
+                    // -ENOENT means the kernel had nothing cached: harmless.
+                    switch item {
+                    case .entry(let parent, let name): _ = notifier.invalidateEntry(parent: UInt64(parent), name: Array(name.utf8))
+                    case .inode(let ino): _ = notifier.invalidateInode(UInt64(ino))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Mount events for any number of listeners (each `ubiq monitor`).
+final class EventFanOut: Sendable {
+    let listeners = Mutex<[Int: AsyncStream<MountEvent>.Continuation]>([:])
+    let counter = Mutex(0)
+
+    func subscribe() -> (AsyncStream<MountEvent>, @Sendable () -> Void) {
+        let (stream, continuation) = AsyncStream<MountEvent>.makeStream(bufferingPolicy: .bufferingNewest(1000))
+        let id = counter.withLock { c in c += 1; return c }
+        listeners.withLock { $0[id] = continuation }
+        return (stream, { [weak self] in
+            self?.listeners.withLock { _ = $0.removeValue(forKey: id) }
+            continuation.finish()
+        })
+    }
+
+    func publish(_ event: MountEvent) {
+        for c in listeners.withLock({ Array($0.values) }) { c.yield(event) }
+    }
+}
+
+import Synchronization

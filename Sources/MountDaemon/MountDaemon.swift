@@ -1,0 +1,180 @@
+import Crypto
+import Foundation
+import FuseKit
+import ItemModel
+import LocalState
+import Logging
+import ServiceLifecycle
+import SyncAPI
+import SyncClient
+import SyncEngine
+import Synchronization
+import VFS
+
+/// Everything a mount needs to run.
+public struct MountConfiguration: Sendable {
+    public var mountpoint: String
+    public var serverURL: String
+    public var token: String
+    public var account: String
+    public var container: ContainerID
+    public var cacheDirectory: String
+    public var deviceName: String
+    public var cacheLimit: Int64?
+    public var logLevel: Logger.Level
+
+    public init(mountpoint: String, serverURL: String, token: String, account: String, container: ContainerID,
+                cacheDirectory: String, deviceName: String, cacheLimit: Int64?, logLevel: Logger.Level = .info) {
+        self.mountpoint = mountpoint
+        self.serverURL = serverURL
+        self.token = token
+        self.account = account
+        self.container = container
+        self.cacheDirectory = cacheDirectory
+        self.deviceName = deviceName
+        self.cacheLimit = cacheLimit
+        self.logLevel = logLevel
+    }
+
+    /// The account's own corner of the cache: another account's data is never shown, because
+    /// it lives in another folder (SPEC, "Identity").
+    public var accountDirectory: String {
+        let key = ContentDigest(bytes: SHA256.hash(data: Array("\(serverURL)|\(account)|\(container.rawValue)".utf8))).hex.prefix(16)
+        return "\(cacheDirectory)/accounts/\(key)"
+    }
+
+    public var controlSocket: String { "\(cacheDirectory)/control.sock" }
+
+    /// The same for one account on every device and different for another account.
+    public var identityToken: String {
+        ContentDigest(bytes: SHA256.hash(data: Array("ubiq identity v1|\(serverURL)|\(account)".utf8))).hex
+    }
+}
+
+extension SyncHTTPClient: RemoteStore {}
+
+public enum MountDaemonError: Error, CustomStringConvertible {
+    case alreadyMounted(String)
+    case setup(String)
+    public var description: String {
+        switch self {
+        case .alreadyMounted(let p): "\(p) is already mounted (run `ubiq unmount \(p)` first)"
+        case .setup(let why): why
+        }
+    }
+}
+
+/// The composition root of a mount: wires the layers, mounts, runs every service under one
+/// ServiceGroup until the mount goes away or a signal arrives, then unmounts.
+public enum MountDaemon {
+    public static func run(_ configuration: MountConfiguration, onReady: @Sendable () -> Void = {}) async throws {
+        var logger = Logger(label: "ubiq.mount")
+        logger.logLevel = configuration.logLevel
+        let fm = FileManager.default
+        for dir in [configuration.cacheDirectory, configuration.accountDirectory] {
+            try fm.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        }
+        switch try MountRecovery.clearDeadMount(at: configuration.mountpoint) {
+        case .notMounted: break
+        case .clearedDeadMount: logger.notice("cleared the mount left by a daemon that died", metadata: ["mount.path": "\(configuration.mountpoint)"])
+        case .liveMount, .unresponsive: throw MountDaemonError.alreadyMounted(configuration.mountpoint)
+        }
+
+        let store = try LocalStore(path: configuration.accountDirectory + "/state.sqlite")
+        try store.write { w in
+            try w.setMeta("server", configuration.serverURL)
+            try w.setMeta("account", configuration.account)
+            try w.setMeta("container", configuration.container.rawValue)
+        }
+        let client = SyncHTTPClient(baseURL: configuration.serverURL, token: configuration.token, container: configuration.container)
+        let events = EventFanOut()
+        let mountBox = Mutex<FuseMount?>(nil)
+        let invalidator = KernelInvalidator(events: events, logger: logger) { mountBox.withLock { $0?.notifier } }
+        let engine = SyncEngine(
+            store: store, remote: client, cache: try ContentCache(directory: configuration.accountDirectory + "/content"),
+            configuration: EngineConfiguration(deviceName: configuration.deviceName, cacheLimit: configuration.cacheLimit),
+            observer: invalidator, logger: logger)
+        let fs = FileSystem(engine: engine, identityToken: configuration.identityToken, logger: logger)
+
+        var options = MountOptions()
+        options.fsName = "ubiq"
+        options.subtype = "ubiq"
+        let mount: FuseMount
+        do {
+            mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs))
+        } catch {
+            throw MountDaemonError.setup("cannot mount \(configuration.mountpoint): \(error)")
+        }
+        mountBox.withLock { $0 = mount }
+
+        unlink(configuration.controlSocket)
+        let watcher = MountWatcher(mount: mount, logger: logger)
+        let control = ControlServer(engine: engine, configuration: configuration, events: events) { watcher.requestUnmount() }
+        let services: [any Service] = [
+            watcher, engine.changeFeed, engine.outbox, engine.maintenance, invalidator,
+            control.makeApplication(socketPath: configuration.controlSocket, logger: logger),
+        ]
+        let group = ServiceGroup(configuration: .init(
+            services: services.map { .init(service: $0, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup) },
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        MountRegistry.register(mountpoint: mount.mountpoint, cacheDirectory: configuration.cacheDirectory)
+        defer { MountRegistry.unregister(mountpoint: mount.mountpoint) }
+        onReady()
+        try await group.run()
+        await client.shutdown()
+    }
+}
+
+/// Ends the service group when the mount goes away (`ubiq unmount`, `fusermount3 -u`), and
+/// unmounts when the group is asked to stop (a signal).
+final class MountWatcher: Service, Sendable {
+    let mount: FuseMount
+    let logger: Logger
+    init(mount: FuseMount, logger: Logger) {
+        self.mount = mount
+        self.logger = logger
+    }
+
+    func requestUnmount() {
+        do { try mount.unmount() } catch {
+            // Busy (a shell sits in it): detach now, the kernel finishes when it is left.
+            try? mount.unmount(lazy: true)
+        }
+    }
+
+    func run() async throws {
+        await withGracefulShutdownHandler {
+            _ = await mount.waitUntilEnded()
+        } onGracefulShutdown: {
+            self.requestUnmount()
+        }
+    }
+}
+
+/// Where the `ubiq` command finds the daemon of a mountpoint: one file per mount, named by a
+/// hash of the mountpoint, holding the cache folder (and so the control socket).
+public enum MountRegistry {
+    public static var directory: String {
+        let env = ProcessInfo.processInfo.environment
+        if let runtime = env["XDG_RUNTIME_DIR"], !runtime.isEmpty { return runtime + "/ubiq/mounts" }
+        return "/tmp/ubiq-\(getuid())/mounts"
+    }
+
+    static func file(_ mountpoint: String) -> String {
+        directory + "/" + ContentDigest(bytes: SHA256.hash(data: Array(mountpoint.utf8))).hex.prefix(24)
+    }
+
+    static func register(mountpoint: String, cacheDirectory: String) {
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try? cacheDirectory.write(toFile: file(mountpoint), atomically: true, encoding: .utf8)
+    }
+
+    static func unregister(mountpoint: String) {
+        unlink(file(mountpoint))
+    }
+
+    /// The cache folder of the daemon serving `mountpoint`, if one registered.
+    public static func cacheDirectory(of mountpoint: String) -> String? {
+        try? String(contentsOfFile: file(mountpoint), encoding: .utf8)
+    }
+}

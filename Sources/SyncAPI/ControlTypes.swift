@@ -1,0 +1,55 @@
+/// The mount daemon's control socket (`CACHE/control.sock`), spoken by the `ubiq` command.
+/// JSON over HTTP on a Unix socket; local to the machine and to the user who owns the cache.
+public enum ControlPath {
+    public static let status = "/status"
+    /// `POST /flush?timeout=SECONDS`: waits until every local change is on the server, or the timeout.
+    public static let flush = "/flush"
+    /// `POST /unmount`: unmounts and ends the daemon (after answering).
+    public static let unmount = "/unmount"
+    /// `GET /events`: one JSON object per line, as `ubiq monitor` prints them.
+    public static let events = "/events"
+}
+
+public struct MountStatusReport: Codable, Sendable, Equatable {
+    public var mountpoint: String
+    public var server: String
+    public var account: String
+    public var container: String
+    public var device: String
+    public var connected: Bool
+    public var lastError: String?
+    public var pendingUploads: Int
+    public var activeDownloads: Int
+    public var cachedBytes: Int64
+    public var cacheLimit: Int64?
+    public var items: Int
+
+    public init(
+        mountpoint: String, server: String, account: String, container: String, device: String, connected: Bool,
+        lastError: String?, pendingUploads: Int, activeDownloads: Int, cachedBytes: Int64, cacheLimit: Int64?, items: Int
+    ) {
+        self.mountpoint = mountpoint
+        self.server = server
+        self.account = account
+        self.container = container
+        self.device = device
+        self.connected = connected
+        self.lastError = lastError
+        self.pendingUploads = pendingUploads
+        self.activeDownloads = activeDownloads
+        self.cachedBytes = cachedBytes
+        self.cacheLimit = cacheLimit
+        self.items = items
+    }
+}
+
+public struct FlushReport: Codable, Sendable, Equatable {
+    /// Changes still not on the server when the flush ended.
+    public var pending: Int
+    /// Paths of the items they belong to (at most 20).
+    public var paths: [String]
+    public init(pending: Int, paths: [String]) {
+        self.pending = pending
+        self.paths = paths
+    }
+}

@@ -1,0 +1,74 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import SyncAPI
+
+/// Talks to a mount daemon over its control socket.
+public struct ControlClient: Sendable {
+    public let socketPath: String
+
+    public init(socketPath: String) { self.socketPath = socketPath }
+
+    public enum Failure: Error, CustomStringConvertible {
+        case noDaemon(String)
+        case answered(Int, String)
+        public var description: String {
+            switch self {
+            case .noDaemon(let why): "no mount daemon answers (\(why))"
+            case .answered(let status, let body): "the mount daemon answered \(status): \(body)"
+            }
+        }
+    }
+
+    func url(_ path: String) -> String {
+        let escaped = socketPath.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? socketPath
+        return "http+unix://\(escaped)\(path)"
+    }
+
+    public func get<T: Decodable>(_ path: String, timeout: Duration = .seconds(10)) async throws -> T {
+        try await call(.GET, path, timeout: timeout)
+    }
+
+    public func post<T: Decodable>(_ path: String, timeout: Duration = .seconds(10)) async throws -> T {
+        try await call(.POST, path, timeout: timeout)
+    }
+
+    func call<T: Decodable>(_ method: HTTPMethod, _ path: String, timeout: Duration) async throws -> T {
+        var request = HTTPClientRequest(url: url(path))
+        request.method = method
+        let response: HTTPClientResponse
+        do {
+            response = try await SyncHTTPClient.shared.execute(request, timeout: .seconds(timeout.components.seconds))
+        } catch {
+            throw Failure.noDaemon("\(error)")
+        }
+        let body = try await response.body.collect(upTo: 16 << 20)
+        guard response.status == .ok else { throw Failure.answered(Int(response.status.code), String(buffer: body)) }
+        return try JSONDecoder().decode(T.self, from: Data(body.readableBytesView))
+    }
+
+    /// Streams the lines of `GET path` until the daemon ends it or the task is cancelled.
+    public func lines(_ path: String) -> AsyncThrowingStream<String, Error> {
+        let request = HTTPClientRequest(url: url(path))
+        return AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    let response = try await SyncHTTPClient.shared.execute(request, deadline: .distantFuture)
+                    var pending = ""
+                    for try await chunk in response.body {
+                        pending += String(buffer: chunk)
+                        while let nl = pending.firstIndex(of: "\n") {
+                            continuation.yield(String(pending[..<nl]))
+                            pending = String(pending[pending.index(after: nl)...])
+                        }
+                    }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+}

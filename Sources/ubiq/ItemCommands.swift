@@ -1,0 +1,232 @@
+import ArgumentParser
+import Foundation
+import MountDaemon
+import SyncAPI
+import SyncClient
+
+/// Item commands speak the public contract: the `user.ubiq.*` extended attributes of the files
+/// themselves (SPEC), so they work on any path inside a mount.
+// <sys/xattr.h> is not part of the Glibc module; these are its two calls, as glibc exports them.
+@_silgen_name("getxattr")
+func c_getxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
+@_silgen_name("setxattr")
+func c_setxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeRawPointer?, _ size: Int, _ flags: Int32) -> Int32
+
+enum Xattr {
+    static func get(_ path: String, _ name: String) -> String? {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = c_getxattr(path, name, &buffer, buffer.count)
+        guard n >= 0 else { return nil }
+        return String(decoding: buffer.prefix(n), as: UTF8.self)
+    }
+
+    static func set(_ path: String, _ name: String, _ value: String) -> Int32 {
+        let bytes = Array(value.utf8)
+        return c_setxattr(path, name, bytes, bytes.count, 0) == 0 ? 0 : errno
+    }
+
+    static let statusNames = [
+        "downloadingStatus", "isDownloading", "percentDownloaded", "isUploaded", "isUploading", "percentUploaded",
+        "hasUnresolvedConflicts", "downloadingError", "uploadingError", "pinned", "itemID", "revision",
+    ]
+
+    static func status(_ path: String) -> [(String, String)] {
+        statusNames.compactMap { name in get(path, "user.ubiq." + name).map { (name, $0) } }
+    }
+}
+
+func requireInMount(_ path: String) throws -> String {
+    let absolute = Paths.absolute(path)
+    guard MountTable.mount(containing: absolute) != nil else { throw Failure("\(path) is not inside a ubiq mount") }
+    guard access(absolute, F_OK) == 0 else { throw Failure("\(path): \(String(cString: strerror(errno)))") }
+    return absolute
+}
+
+func jsonLine(_ object: [String: Any]) -> String {
+    let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+    return String(decoding: data, as: UTF8.self)
+}
+
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show the mount's state, or each item's status attributes.")
+    @Argument(help: "Items to show; without any, the mount of the current directory.") var paths: [String] = []
+    @Option(help: "The mount to describe when no PATH is given.") var mount: String?
+    @Flag(help: "One JSON object per line.") var json = false
+
+    func run() async throws {
+        if paths.isEmpty {
+            let target = Paths.absolute(mount ?? FileManager.default.currentDirectoryPath)
+            guard let mountpoint = MountTable.mount(containing: target) else { throw Failure("\(target) is not inside a ubiq mount") }
+            guard let cache = MountRegistry.cacheDirectory(of: mountpoint) else { throw Failure("no daemon is registered for \(mountpoint)") }
+            let report: MountStatusReport
+            do { report = try await ControlClient(socketPath: cache + "/control.sock").get(ControlPath.status) } catch {
+                throw Failure("the daemon of \(mountpoint) does not answer: \(error)")
+            }
+            if json {
+                print(String(decoding: try JSONEncoder().encode(report), as: UTF8.self))
+            } else {
+                print("mount:     \(report.mountpoint)")
+                print("server:    \(report.server) (\(report.connected ? "connected" : "offline\(report.lastError.map { ": " + $0 } ?? "")"))")
+                print("account:   \(report.account), container \(report.container), device \(report.device)")
+                print("uploads:   \(report.pendingUploads) pending")
+                print("downloads: \(report.activeDownloads) running")
+                print("cache:     \(report.cachedBytes) bytes\(report.cacheLimit.map { " of \($0)" } ?? "")")
+                print("items:     \(report.items)")
+            }
+            return
+        }
+        var failed = false
+        for path in paths {
+            let absolute: String
+            do { absolute = try requireInMount(path) } catch {
+                printError("\(error)")
+                failed = true
+                continue
+            }
+            let attributes = Xattr.status(absolute)
+            if json {
+                var object: [String: Any] = ["path": path]
+                for (k, v) in attributes { object[k] = v }
+                print(jsonLine(object))
+            } else {
+                print("\(path): " + attributes.map { "\($0.0)=\($0.1)" }.joined(separator: " "))
+            }
+        }
+        if failed { throw ExitCode(1) }
+    }
+}
+
+struct Download: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Start downloading items (folders: everything below).")
+    @Argument(help: "Files or folders inside a mount.") var paths: [String]
+    @Flag(help: "Show progress and return once every file is current (exit 0 only then).") var wait = false
+
+    func run() async throws {
+        var files: [String] = []
+        for path in paths {
+            let absolute = try requireInMount(path)
+            let rc = Xattr.set(absolute, "user.ubiq.downloadingStatus", "current")
+            guard rc == 0 else { throw Failure("\(path): cannot start the download: \(String(cString: strerror(rc)))") }
+            files += Tree.files(under: absolute)
+        }
+        guard wait else { return }
+        let tty = isatty(1) != 0
+        let clock = ContinuousClock()
+        var lastDraw = clock.now
+        while true {
+            var done = 0, percent = 0
+            for file in files {
+                if let error = Xattr.get(file, "user.ubiq.downloadingError"), Xattr.get(file, "user.ubiq.isDownloading") != "1" {
+                    if tty { print("") }
+                    throw Failure("\(file): \(error)")
+                }
+                let status = Xattr.get(file, "user.ubiq.downloadingStatus")
+                if status == "current" { done += 1; percent += 100 } else { percent += Int(Xattr.get(file, "user.ubiq.percentDownloaded") ?? "0") ?? 0 }
+            }
+            let total = max(files.count, 1)
+            if tty && clock.now - lastDraw > .milliseconds(100) {
+                Progress.draw(percent: percent / total, label: "\(done)/\(files.count) files")
+                lastDraw = clock.now
+            }
+            if done == files.count {
+                if tty { Progress.draw(percent: 100, label: "\(done)/\(files.count) files"); print("") }
+                return
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+}
+
+enum Progress {
+    static func draw(percent: Int, label: String) {
+        let width = 30
+        let filled = width * min(100, max(0, percent)) / 100
+        let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+        FileHandle.standardOutput.write(Data("\r[\(bar)] \(percent)% \(label)".utf8))
+    }
+}
+
+enum Tree {
+    /// Every regular file at or below `path`.
+    static func files(under path: String) -> [String] {
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir) else { return [] }
+        guard isDir.boolValue else { return [path] }
+        var out: [String] = []
+        for case let name as String in FileManager.default.enumerator(atPath: path) ?? FileManager.DirectoryEnumerator() {
+            var d: ObjCBool = false
+            if FileManager.default.fileExists(atPath: path + "/" + name, isDirectory: &d), !d.boolValue { out.append(path + "/" + name) }
+        }
+        return out
+    }
+}
+
+struct Evict: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Drop local content and keep placeholders (refused while changes are unsent).")
+    @Argument var paths: [String]
+
+    func run() async throws {
+        for path in paths {
+            let absolute = try requireInMount(path)
+            switch Xattr.set(absolute, "user.ubiq.downloadingStatus", "notDownloaded") {
+            case 0: continue
+            case EBUSY: throw Failure("\(path) has changes that are not on the server yet (or is open); not evicted")
+            case let rc: throw Failure("\(path): \(String(cString: strerror(rc)))")
+            }
+        }
+    }
+}
+
+struct Pin: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Always keep items on this device (recursive for folders).")
+    @Argument var paths: [String]
+    func run() async throws { try setPinned(paths, true) }
+}
+
+struct Unpin: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Let the cache limit evict items again (recursive for folders).")
+    @Argument var paths: [String]
+    func run() async throws { try setPinned(paths, false) }
+}
+
+func setPinned(_ paths: [String], _ pinned: Bool) throws {
+    for path in paths {
+        let absolute = try requireInMount(path)
+        let rc = Xattr.set(absolute, "user.ubiq.pinned", pinned ? "1" : "0")
+        guard rc == 0 else { throw Failure("\(path): \(String(cString: strerror(rc)))") }
+    }
+}
+
+struct Unmount: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Send pending changes (bounded wait), then unmount.")
+    @Argument var mountpoint: String
+    @Option(help: "Seconds to wait for pending uploads.") var timeout: Double = 30
+
+    func run() async throws {
+        let target = Paths.absolute(mountpoint)
+        guard MountTable.isUbiqMount(target) else { throw Failure("\(target) is not a ubiq mount") }
+        if let cache = MountRegistry.cacheDirectory(of: target) {
+            let control = ControlClient(socketPath: cache + "/control.sock")
+            if let report: FlushReport = try? await control.post(ControlPath.flush + "?timeout=\(timeout)", timeout: .seconds(Int64(timeout) + 10)) {
+                if report.pending > 0 {
+                    printError("\(report.pending) change(s) not on the server yet; they stay queued in the cache and go up at the next mount:")
+                    for p in report.paths { printError("  \(p)") }
+                }
+                let _: MountStatusReport? = try? await control.post(ControlPath.unmount)
+            }
+        }
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(15)
+        while MountTable.isUbiqMount(target) && clock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        if MountTable.isUbiqMount(target) {
+            // No daemon answered (it died): clear the mount directly.
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
+            p.arguments = ["-u", target]
+            try? p.run()
+            p.waitUntilExit()
+            guard !MountTable.isUbiqMount(target) else { throw Failure("cannot unmount \(target) (in use?)") }
+        }
+        print("unmounted \(target)")
+    }
+}

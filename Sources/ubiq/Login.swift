@@ -1,0 +1,61 @@
+import ArgumentParser
+import Foundation
+import SyncAPI
+import SyncClient
+
+/// What `ubiq login` stores (mode 0600): later mounts use it.
+struct StoredLogin: Codable {
+    var server: String
+    var user: String
+    var token: String
+
+    static func load() -> StoredLogin? {
+        guard let data = FileManager.default.contents(atPath: Paths.loginFile) else { return nil }
+        return try? JSONDecoder().decode(StoredLogin.self, from: data)
+    }
+
+    func save() throws {
+        try FileManager.default.createDirectory(atPath: Paths.config, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let data = try JSONEncoder().encode(self)
+        let tmp = Paths.loginFile + ".tmp"
+        // Created 0600 before any byte of the token is written.
+        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Failure("cannot write \(tmp)") }
+        _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        fsync(fd)
+        close(fd)
+        guard rename(tmp, Paths.loginFile) == 0 else { throw Failure("cannot write \(Paths.loginFile)") }
+    }
+}
+
+struct Login: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Log in to a sync server and store the token for later mounts.")
+
+    @Option(help: "The server's URL, for example http://127.0.0.1:8420.") var server: String
+    @Option(help: "Account name.") var user: String
+    @Flag(help: "Read the password from the first line of standard input.") var passwordStdin = false
+
+    func run() async throws {
+        let password: String
+        if passwordStdin {
+            guard let line = readLine(strippingNewline: true) else { throw Failure("no password on standard input") }
+            password = line
+        } else {
+            guard isatty(0) != 0 else { throw Failure("standard input is not a terminal: pass --password-stdin") }
+            guard let p = getpass("Password for \(user): ") else { throw Failure("no password given") }
+            password = String(cString: p)
+        }
+        let base = server.hasSuffix("/") ? String(server.dropLast()) : server
+        do {
+            let response = try await SyncHTTPClient.login(server: base, user: user, password: password)
+            try StoredLogin(server: base, user: response.account, token: response.token).save()
+            print("logged in to \(base) as \(response.account)")
+        } catch RemoteError.refused(_, let message, _) {
+            throw Failure("login refused: \(message)")
+        } catch RemoteError.unauthorized {
+            throw Failure("login refused: unknown user or wrong password")
+        } catch let error as RemoteError {
+            throw Failure("cannot reach \(base): \(error)")
+        }
+    }
+}

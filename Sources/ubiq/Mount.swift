@@ -1,0 +1,181 @@
+import ArgumentParser
+import Crypto
+import Foundation
+import ItemModel
+import Logging
+import MountDaemon
+import SyncAPI
+import SyncClient
+
+struct Mount: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Mount a container. Returns once the mount is usable; the daemon stays in the background.")
+
+    @Argument(help: "An existing, empty directory.") var mountpoint: String
+    @Option(help: "Sync server URL (default: the stored login, else a local embedded server).") var server: String?
+    @Option(help: "Container identifier.") var container: String = "default"
+    @Option(help: "Cache folder for this mount (metadata, content, control socket).") var cache: String?
+    @Option(help: "This device's name, shown in conflict versions.") var device: String?
+    @Option(help: "Largest local content to keep, e.g. 500M or 10G; least recently used clean files are evicted beyond it.") var cacheSize: String?
+    @Flag(help: "Stay in the foreground (logs on stderr).") var foreground = false
+    @Option(help: "Log level.") var logLevel: String = "info"
+
+    func validate() throws {
+        if let cacheSize, ByteCount.parse(cacheSize) == nil { throw ValidationError("--cache-size takes a size such as 500M or 10G") }
+        do { _ = try ContainerID(container) } catch { throw ValidationError("--container: \(error)") }
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
+    }
+
+    func run() async throws {
+        let target = Paths.absolute(mountpoint)
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: target, isDirectory: &isDir) || isDeadMount(target) else {
+            throw Failure("\(target) does not exist")
+        }
+        let login = try await resolveLogin()
+        let cacheDir = cache.map(Paths.absolute) ?? (Paths.cache + "/mounts/" + ContentDigest(bytes: SHA256.hash(data: Array(target.utf8))).hex.prefix(16))
+        let config = MountConfiguration(
+            mountpoint: target, serverURL: login.server, token: login.token, account: login.user,
+            container: try ContainerID(container), cacheDirectory: cacheDir,
+            deviceName: device ?? ProcessInfo.processInfo.hostName, cacheLimit: cacheSize.flatMap(ByteCount.parse),
+            logLevel: Logger.Level(rawValue: logLevel) ?? .info)
+        if foreground {
+            do {
+                try await MountDaemon.run(config) { print("mounted \(target)"); fflush(nil) }
+            } catch let error as MountDaemonError {
+                throw Failure(error.description)
+            }
+            return
+        }
+        try await startInBackground(config)
+    }
+
+    func isDeadMount(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) != 0 && errno == ENOTCONN
+    }
+
+    /// --server with its stored login; else the stored login; else the embedded default.
+    func resolveLogin() async throws -> StoredLogin {
+        let stored = StoredLogin.load()
+        if let server {
+            let base = server.hasSuffix("/") ? String(server.dropLast()) : server
+            guard let stored, stored.server == base else {
+                throw Failure("not logged in to \(base): run `ubiq login --server \(base) --user NAME` first")
+            }
+            return stored
+        }
+        if let stored { return stored }
+        return try await EmbeddedServer.ensure()
+    }
+
+    /// Starts `ubiq mount --foreground` as a daemon in its own session (so a Ctrl-C in this
+    /// terminal does not reach it) and waits until the mount answers.
+    func startInBackground(_ config: MountConfiguration) async throws {
+        try FileManager.default.createDirectory(atPath: config.cacheDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let log = config.cacheDirectory + "/daemon.log"
+        var arguments = CommandLine.arguments
+        arguments[0] = "/proc/self/exe"
+        arguments += ["--foreground", "--cache", config.cacheDirectory, "--device", config.deviceName]
+        let pid = try Spawn.detached(executable: "/proc/self/exe", arguments: arguments, log: log)
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(30)
+        let control = ControlClient(socketPath: config.controlSocket)
+        while clock.now < deadline {
+            if !Spawn.isAlive(pid) {
+                let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+                let last = text.split(separator: "\n").last(where: { $0.contains("ubiq:") }) ?? text.split(separator: "\n").last ?? "no log"
+                throw Failure("the mount daemon stopped: \(last.replacingOccurrences(of: "ubiq: ", with: ""))")
+            }
+            if MountTable.isUbiqMount(config.mountpoint), (try? await control.get(ControlPath.status) as MountStatusReport) != nil {
+                print("mounted \(config.mountpoint)")
+                return
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw Failure("the mount did not become ready within 30 s; see \(log)")
+    }
+}
+
+/// Sizes like 500M, 10G, 1.5G, 4096.
+enum ByteCount {
+    static func parse(_ text: String) -> Int64? {
+        let units: [Character: Double] = ["K": 1024, "M": 1_048_576, "G": 1_073_741_824, "T": 1_099_511_627_776]
+        var t = text.uppercased()
+        if t.hasSuffix("B") { t.removeLast() }
+        var factor: Double = 1
+        if let last = t.last, let f = units[last] { factor = f; t.removeLast() }
+        guard let n = Double(t), n >= 0 else { return nil }
+        return Int64(n * factor)
+    }
+}
+
+enum Spawn {
+    /// posix_spawn with a new session, stdin from /dev/null, stdout and stderr to `log`.
+    static func detached(executable: String, arguments: [String], log: String) throws -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // POSIX_SPAWN_SETSID (glibc ≥ 2.26): the daemon leaves this terminal's session.
+        posix_spawnattr_setflags(&attributes, Int16(0x80))
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
+        guard rc == 0 else { throw Failure("cannot start \(executable): \(String(cString: strerror(rc)))") }
+        return pid
+    }
+
+    static func isAlive(_ pid: pid_t) -> Bool {
+        var status: Int32 = 0
+        return waitpid(pid, &status, WNOHANG) == 0
+    }
+}
+
+/// /proc/self/mountinfo, for finding ubiq mounts.
+enum MountTable {
+    struct Entry {
+        var mountpoint: String
+        var fsType: String
+    }
+
+    static func entries() -> [Entry] {
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            let parts = line.split(separator: " ")
+            guard let dash = parts.firstIndex(of: "-"), parts.count > dash + 1, parts.count > 4 else { return nil }
+            return Entry(mountpoint: unescape(String(parts[4])), fsType: String(parts[dash + 1]))
+        }
+    }
+
+    static func unescape(_ s: String) -> String {
+        var out = ""
+        var i = s.startIndex
+        while i < s.endIndex {
+            if s[i] == "\\", let end = s.index(i, offsetBy: 4, limitedBy: s.endIndex), let code = UInt8(s[s.index(after: i)..<end], radix: 8) {
+                out.unicodeScalars.append(UnicodeScalar(code))
+                i = end
+            } else {
+                out.append(s[i])
+                i = s.index(after: i)
+            }
+        }
+        return out
+    }
+
+    static func isUbiqMount(_ path: String) -> Bool {
+        entries().contains { $0.mountpoint == path && $0.fsType == "fuse.ubiq" }
+    }
+
+    /// The ubiq mount that contains `path` (the longest matching mountpoint).
+    static func mount(containing path: String) -> String? {
+        entries().filter { $0.fsType == "fuse.ubiq" && (path == $0.mountpoint || path.hasPrefix($0.mountpoint == "/" ? "/" : $0.mountpoint + "/")) }
+            .max { $0.mountpoint.count < $1.mountpoint.count }?.mountpoint
+    }
+}
