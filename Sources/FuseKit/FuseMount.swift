@@ -21,8 +21,17 @@
 //   - The loop runs on a thread FuseKit creates ("fuse-loop", all signals blocked), which
 //     starts up to `maxThreads` libfuse worker threads; the handler runs on those.
 //   - `unmount` may be called from any thread except a FUSE worker (it can wait for
-//     outstanding writeback, which those threads serve). It blocks for the umount call.
+//     outstanding writeback, which those threads serve). It blocks for the umount call (or
+//     for `fusermount3` when not root).
 //   - `waitUntilEnded` may be awaited from any task, any number of times.
+//
+// How stopping works: `unmount` unmounts in the kernel (umount2 as root, `fusermount3 -u`
+// otherwise). The kernel then aborts the connection, every worker's read of /dev/fuse fails
+// with ENODEV, libfuse marks the session exited and the loop returns. The alternative —
+// fuse_session_exit + fuse_session_unmount from another thread — does not work well in 3.14:
+// the exit flag alone does not wake the loop thread (it sleeps in sem_wait until a worker
+// posts), and fuse_session_unmount closes and resets the session's fd while workers and
+// pending replies are still using it.
 //
 // Lifetime of the libfuse session (`SessionCore.users`, an atomic count): the running loop,
 // every unanswered reply token and every notification in progress each hold one use. The
@@ -52,8 +61,12 @@ public struct MountOptions: Sendable, Hashable {
     /// cross-CPU wake-ups cost 20–100 µs against ~8 µs for a same-CPU round trip; the handler
     /// is expected to answer slow requests from tasks, so threads are never parked on I/O.
     public var maxThreads = 4
-    /// Readahead the kernel may do per file, in bytes. 1 MiB is the largest FUSE request (256
-    /// pages); with splice replies it raised cached reads from ~2.2 to ~2.9 GB/s.
+    /// Readahead FuseKit asks for in INIT, in bytes; 1 MiB is the largest FUSE request (256
+    /// pages). The kernel keeps the smaller of this and what it offered, which is its bdi
+    /// default of 128 KiB on kernel 6.18 (see `ConnectionInfo.kernelMaxReadahead`), so today
+    /// this cannot raise readahead, only lower it. That is just as well: 1 MiB read requests
+    /// no longer fit libfuse's splice pipe (1 MiB max), and `ReadReply.file` then falls back
+    /// to pread + copy, measured 2x slower than splicing 128 KiB requests.
     public var maxReadahead = 1 << 20
     public var securityXattrs = SecurityXattrPolicy.unsupported
     /// libfuse prints every request and reply to stderr.
@@ -204,9 +217,18 @@ public final class FuseMount: Sendable {
     /// Unmounts; the loop then ends on its own (`waitUntilEnded`). Fails with EBUSY while a
     /// process uses the mount, unless `lazy`, which detaches it now and lets the kernel finish
     /// when the last user leaves (the loop keeps serving those users until then). Does nothing
-    /// once the loop has ended or if the mount is already gone.
+    /// if the mount is already gone.
+    ///
+    /// Also call it after the loop ended by itself: when the connection was aborted
+    /// (`umount -f`, /sys/fs/fuse/connections/N/abort) the dead kernel mount stays until
+    /// someone unmounts it, and libfuse does not (it takes the abort for an unmount).
     public func unmount(lazy: Bool = false) throws(FuseError) {
-        if core.end != nil { return }
+        if core.end != nil {
+            // Only touch what is still recognisably ours: after the loop ended, the path may
+            // have been unmounted and mounted again by someone else.
+            let ours = core.options.subtype.isEmpty ? "fuse" : "fuse." + core.options.subtype
+            guard MountRecovery.mountedFileSystemType(at: mountpoint) == ours else { return }
+        }
         do {
             try Unmounter.unmount(mountpoint, lazy: lazy)
         } catch where error.errno == EINVAL {
@@ -255,6 +277,9 @@ final class SessionCore: @unchecked Sendable {
     }
 
     var end: LoopEnd? { state.withLock { $0.end } }
+
+    /// Current number of uses (for tests: 0 means the session has been freed).
+    var activeUses: Int { users.load(ordering: .acquiring) }
 
     /// A request arrived. Relaxed is enough: the loop's own use keeps the count above 0 while
     /// requests arrive, so this can never revive a torn-down session.
@@ -343,6 +368,10 @@ final class SessionCore: @unchecked Sendable {
         conn.pointee.want |= capable & UInt32(FUSE_CAP_SPLICE_WRITE)
         // On by default because readdirplus is implemented; stated so it survives changes.
         conn.pointee.want |= capable & UInt32(FUSE_CAP_READDIRPLUS)
+        // libfuse turns HANDLE_KILLPRIV on by default, which makes the file system responsible
+        // for clearing setuid/setgid bits on write, truncate and chown. Off, the kernel does it
+        // and the handler just sees the resulting mode in an ordinary setattr.
+        conn.pointee.want &= ~UInt32(FUSE_CAP_HANDLE_KILLPRIV)
         let wanted = conn.pointee.want
         let info = ConnectionInfo(
             protocolMajor: conn.pointee.proto_major, protocolMinor: conn.pointee.proto_minor,

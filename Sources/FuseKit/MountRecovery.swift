@@ -14,7 +14,6 @@
 // runs on its own short-lived thread so that a hung (not dead) daemon costs at most
 // `probeTimeout`; that thread then stays blocked in the kernel until the hung mount goes away.
 
-import CFuse3
 import Glibc
 import Synchronization
 
@@ -38,6 +37,8 @@ public enum MountRecovery {
     /// The probe is `statfs`, not `stat`: statfs always goes to the daemon, while `stat` of the
     /// mount root can be answered from attributes the kernel cached before the crash (FuseKit
     /// mounts use long attribute timeouts), and would then report a dead mount as alive.
+    /// (Measured: after the connection was aborted, `stat` of the root and of a cached file
+    /// still succeeded; `statfs` failed with ENOTCONN.)
     public static func clearDeadMount(
         at path: String, probeTimeout: Duration = .seconds(5)
     ) throws(FuseError) -> Finding {
@@ -76,15 +77,21 @@ public enum MountRecovery {
         return (base == "/" ? "" : base) + "/" + last
     }
 
-    /// The type of the topmost file system mounted exactly at `path`, from
-    /// /proc/self/mountinfo (which needs no access to the mount itself), or nil.
+    /// The type of the topmost file system mounted exactly at `path`, or nil.
     static func mountedFileSystemType(at path: String) -> String? {
-        guard let file = fopen("/proc/self/mountinfo", "r") else { return nil }
+        // Later lines are mounted on top of earlier ones: the last match is the visible one.
+        mountTable().last { $0.mountpoint == path }?.type
+    }
+
+    /// Every mount of this process's namespace, in mount order, from /proc/self/mountinfo
+    /// (reading it needs no access to the mounts themselves, so a dead or hung one is fine).
+    static func mountTable() -> [(mountpoint: String, type: String)] {
+        guard let file = fopen("/proc/self/mountinfo", "r") else { return [] }
         defer { fclose(file) }
         var line: UnsafeMutablePointer<CChar>?
         var capacity = 0
         defer { free(line) }
-        var found: String?
+        var table: [(mountpoint: String, type: String)] = []
         while getline(&line, &capacity, file) > 0, let line {
             // "36 35 98:0 /root /mnt/point rw,noatime master:1 - ext3 /dev/root rw"
             // Field 5 is the mount point; the type follows the " - " separator.
@@ -92,11 +99,10 @@ public enum MountRecovery {
             let halves = text.split(separator: " - ", maxSplits: 1)
             guard halves.count == 2 else { continue }
             let fields = halves[0].split(separator: " ")
-            guard fields.count >= 5, unescapeMountinfo(fields[4]) == path else { continue }
-            // Later lines are mounted on top of earlier ones: keep the last match.
-            found = halves[1].split(separator: " ").first.map(String.init)
+            guard fields.count >= 5, let type = halves[1].split(separator: " ").first else { continue }
+            table.append((unescapeMountinfo(fields[4]), String(type)))
         }
-        return found
+        return table
     }
 
     /// mountinfo writes space, tab, newline and backslash as 3-digit octal escapes ("\040").
