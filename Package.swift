@@ -28,6 +28,7 @@ let package = Package(
             dependencies: [
                 "MountDaemon", "SyncClient", "SyncAPI", "ItemModel",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -104,12 +105,21 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "ServerStorage", "SyncAPI", "ItemModel",
+                "ServerStorage", "SyncAPI", "ItemModel", "SyncEngine",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
+        ),
+        .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"]),
+        .testTarget(
+            name: "VFSTests",
+            dependencies: ["VFS", "SyncEngine", "LocalState", "TestSupport", "SyncAPI", "ItemModel", .product(name: "Logging", package: "swift-log")]
+        ),
+        .testTarget(
+            name: "MountTests",
+            dependencies: ["TestSupport", "SyncAPI", "ItemModel"]
         ),
         .testTarget(name: "ItemModelTests", dependencies: ["ItemModel", "SyncAPI"]),
         .testTarget(name: "ServerStorageTests", dependencies: ["ServerStorage", "TestSupport", "ItemModel"]),

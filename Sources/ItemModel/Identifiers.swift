@@ -32,13 +32,20 @@ public struct ItemID: Hashable, Sendable, Codable, CustomStringConvertible, RawR
     }
 }
 
-/// The server's revision of an item. Opaque: clients compare revisions for equality only.
-/// Every committed change to an item (content, name, parent, xattrs, deletion) gives it a new one.
+/// The server's revision of an item. Every committed change to an item (content, name,
+/// parent, xattrs, deletion) gives it a new one, and revisions increase within a container
+/// (docs/SYNC_PROTOCOL.md): a client can tell a late echo of an old state from a new change.
 public struct Revision: Hashable, Sendable, Codable, CustomStringConvertible, RawRepresentable {
     public let rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
     public init(_ rawValue: String) { self.rawValue = rawValue }
     public var description: String { rawValue }
+
+    /// True when `self` was committed after `other`. Revisions are decimal sequence numbers.
+    public func isNewer(than other: Revision) -> Bool {
+        guard let a = UInt64(rawValue), let b = UInt64(other.rawValue) else { return self != other }
+        return a > b
+    }
 
     public init(from decoder: any Decoder) throws {
         rawValue = try decoder.singleValueContainer().decode(String.self)

@@ -167,6 +167,11 @@ public struct LocalReader {
         try Row.fetchAll(db, sql: "SELECT * FROM outbox ORDER BY seq LIMIT ?", arguments: [limit]).map(OutboxEntry.init(row:))
     }
 
+    /// True while a local deletion of the server item `id` waits in the outbox.
+    public func hasPendingDelete(of id: ItemID) throws -> Bool {
+        (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox WHERE op = 'delete' AND item_id = ?", arguments: [id.rawValue]) ?? 0) > 0
+    }
+
     public func outboxCount() throws -> Int {
         try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox") ?? 0
     }
@@ -185,6 +190,11 @@ public struct LocalReader {
             SELECT * FROM items WHERE kind = 'file' AND pinned = 0 AND content IN ('current', 'stale', 'partial')
             AND cached_bytes > 0 AND ino NOT IN (SELECT ino FROM outbox) ORDER BY last_access LIMIT ?
             """, arguments: [limit]).map(LocalItem.init(row:))
+    }
+
+    /// Files with local changes and nothing queued: written but not closed when the daemon died.
+    public func dirtyWithoutOps() throws -> [LocalItem] {
+        try Row.fetchAll(db, sql: "SELECT * FROM items WHERE content = 'dirty' AND ino NOT IN (SELECT ino FROM outbox)").map(LocalItem.init(row:))
     }
 
     public func pinnedNeedingContent() throws -> [LocalItem] {
@@ -255,10 +265,21 @@ public struct LocalWriter {
         try db.execute(sql: "DELETE FROM outbox WHERE ino = ?", arguments: [ino])
     }
 
+    /// Marks an op as being sent: from now on a new change of the same kind gets its own op
+    /// instead of being folded into this one (which carries the state read before the change).
+    public func markStarted(_ seq: Int64) throws {
+        try db.execute(sql: "UPDATE outbox SET attempts = attempts + 1 WHERE seq = ?", arguments: [seq])
+    }
+
     public func deferOp(_ seq: Int64, error: String, until: Timestamp) throws {
         try db.execute(
-            sql: "UPDATE outbox SET attempts = attempts + 1, last_error = ?, not_before = ? WHERE seq = ?",
+            sql: "UPDATE outbox SET last_error = ?, not_before = ? WHERE seq = ?",
             arguments: [error, until, seq])
+    }
+
+    /// A queued deletion of `id` must carry the revision our own in-flight change just made.
+    public func updatePendingDelete(of id: ItemID, revision: Revision) throws {
+        try db.execute(sql: "UPDATE outbox SET revision = ? WHERE op = 'delete' AND item_id = ?", arguments: [revision.rawValue, id.rawValue])
     }
 
     public func addOrphan(_ id: ItemID, parent: ItemID, json: Data) throws {

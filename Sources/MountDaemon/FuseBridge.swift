@@ -164,7 +164,10 @@ struct FuseBridge: FileSystemHandler {
     }
 
     func opendir(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
-        do { reply.opened(handle: try fs.openDirectory(Int64(ino)), options: [.cacheDirectory]) } catch { reply.error(error.errno) }
+        // No kernel readdir cache (FOPEN_CACHE_DIR): invalidating a directory's inode did not
+        // drop its cached listing, so remote additions stayed invisible to `ls`. Listing is one
+        // local query per folder anyway.
+        do { reply.opened(handle: try fs.openDirectory(Int64(ino))) } catch { reply.error(error.errno) }
     }
 
     func readdir(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryReply) {

@@ -22,9 +22,11 @@ public struct MountConfiguration: Sendable {
     public var deviceName: String
     public var cacheLimit: Int64?
     public var logLevel: Logger.Level
+    /// Let other users in (FUSE admits only the mounting user otherwise); modes still apply.
+    public var allowOther: Bool
 
     public init(mountpoint: String, serverURL: String, token: String, account: String, container: ContainerID,
-                cacheDirectory: String, deviceName: String, cacheLimit: Int64?, logLevel: Logger.Level = .info) {
+                cacheDirectory: String, deviceName: String, cacheLimit: Int64?, logLevel: Logger.Level = .info, allowOther: Bool = false) {
         self.mountpoint = mountpoint
         self.serverURL = serverURL
         self.token = token
@@ -34,6 +36,7 @@ public struct MountConfiguration: Sendable {
         self.deviceName = deviceName
         self.cacheLimit = cacheLimit
         self.logLevel = logLevel
+        self.allowOther = allowOther
     }
 
     /// The account's own corner of the cache: another account's data is never shown, because
@@ -99,6 +102,7 @@ public enum MountDaemon {
         var options = MountOptions()
         options.fsName = "ubiq"
         options.subtype = "ubiq"
+        options.allowOther = configuration.allowOther
         let mount: FuseMount
         do {
             mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs))

@@ -33,7 +33,20 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     init(writer: any DatabaseWriter, now: @escaping @Sendable () -> Timestamp) throws {
         self.writer = writer
         self.now = now
-        try Self.migrator.migrate(writer)
+        // Two processes may open a new database at once (`ubiq-server account add` beside a
+        // starting server): one migrates, the other's attempt fails on the tables it finds,
+        // and its retry then sees the migrations as applied.
+        var attempt = 0
+        while true {
+            do {
+                try Self.migrator.migrate(writer)
+                break
+            } catch {
+                attempt += 1
+                if attempt >= 20 { throw error }
+                usleep(50_000)
+            }
+        }
     }
 
     // Forward-only, append-only migrations.

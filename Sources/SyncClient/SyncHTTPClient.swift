@@ -108,7 +108,9 @@ public final class SyncHTTPClient: Sendable {
         if let e = try? JSONDecoder().decode(APIErrorBody.self, from: Data(body.readableBytesView)) {
             return .refused(code: e.error.code, message: e.error.message, current: e.error.current)
         }
-        if status >= 500 || status == 502 || status == 503 { return .unreachable("server answered \(status)") }
+        // A gateway that cannot reach the server: offline. Other 5xx answers: the server is
+        // there but failed; retry later without calling the mount offline.
+        if status == 502 || status == 503 || status == 504 { return .unreachable("server answered \(status)") }
         return .protocolError("server answered \(status)")
     }
 

@@ -54,11 +54,14 @@ extension SyncEngine {
             downloads.cancel(local.ino)
             let path = try r.path(of: local.ino)
             try deleteSubtree(local.ino, w)
-            if let parent = local.parent { out.append(.entry(parent: parent, name: local.name)) }
+            if let parent = local.parent { out.append(.entry(parent: parent, name: local.name)); out.append(.inode(parent)) }
             out.append(.inode(local.ino))
             events.append(MountEvent(kind: "remoteDelete", path: path))
             return
         }
+        // Deleted here, and the deletion is still on its way: the server's older state must not
+        // bring it back (nor push a new local item of the same name aside).
+        if local == nil, try r.hasPendingDelete(of: remote.id) { return }
         guard let parentID = remote.parentID, let parent = try r.item(id: parentID) else {
             // The parent has not arrived yet; it will (the log holds its latest state).
             try w.addOrphan(remote.id, parent: remote.parentID ?? .root, json: try JSONEncoder().encode(change))
@@ -66,10 +69,12 @@ extension SyncEngine {
         }
         try w.removeOrphan(remote.id)
         if var local {
-            if local.revision == remote.revision { return }
+            // Our own requests' answers can overtake their echoes on the push stream: a state
+            // older than what we hold must not undo what we did since.
+            if let held = local.revision, !remote.revision.isNewer(than: held) { return }
             // Local changes not yet sent: they carry their base revision, and the server's
             // answer (success, or a conflict holding its state) settles the item then.
-            if try r.pendingOps(for: local.ino) > 0 { return }
+            if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty || state.withLock({ $0.openForWriting[local.ino] != nil }) { return }
             let oldParent = local.parent, oldName = local.name
             if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
                 try makeRoom(for: clash, w)
@@ -94,12 +99,17 @@ extension SyncEngine {
                     cache.remove(local.ino)
                     local.content = .placeholder
                     local.cachedBytes = 0
-                case .placeholder, .stale, .dirty: break
+                case .placeholder, .stale:
+                    // A download of the old version may be running: it is of no use now.
+                    downloads.cancel(local.ino)
+                case .dirty: break
                 }
             }
             try w.update(local)
             if oldParent != local.parent || oldName != local.name, let oldParent {
                 out.append(.entry(parent: oldParent, name: oldName))
+                out.append(.inode(oldParent))
+                out.append(.inode(parent.ino))
             }
             out.append(.entry(parent: parent.ino, name: remote.name))
             out.append(.inode(local.ino))

@@ -28,7 +28,13 @@ public final class Downloads: Sendable {
         var task: Task<Void, Never>?
     }
 
-    let state = Mutex<[Int64: Active]>([:])
+    struct Table {
+        var active: [Int64: Active] = [:]
+        /// Downloads of each item that ended (successfully or not).
+        var finished: [Int64: Int] = [:]
+    }
+
+    let state = Mutex(Table())
     let remote: any RemoteStore
     let cache: ContentCache
     let store: LocalStore
@@ -50,19 +56,32 @@ public final class Downloads: Sendable {
 
     /// Progress of a running download, for the status attributes.
     public func progress(_ ino: Int64) -> (bytes: Int64, size: Int64)? {
-        state.withLock { s in s[ino].map { ($0.ranges.total, $0.size) } }
+        state.withLock { s in s.active[ino].map { ($0.ranges.total, $0.size) } }
     }
 
-    public var activeCount: Int { state.withLock { $0.count } }
+    public var activeCount: Int { state.withLock { $0.active.count } }
 
-    /// Starts downloading `item`'s server content if it is not already under way.
+    /// Starts downloading an item's server content unless it is under way or already here.
+    ///
+    /// The database decides "already here", read afresh: `finish` records the outcome before it
+    /// drops its entry and counts it in `finished`, so a download that ended between our look
+    /// at the table and our insert is noticed, and a finished file is never truncated and
+    /// fetched again under a reader.
     public func start(_ item: LocalItem) {
-        guard let digest = item.serverDigest else { return }
-        let size = item.size
         let ino = item.ino
+        // A download of a version the server has replaced is of no use to anyone any more.
+        if let digest = item.serverDigest, let running = state.withLock({ $0.active[ino]?.digest }), running != digest {
+            cancel(ino)
+        }
+        guard let seen = state.withLock({ s -> Int? in s.active[ino] == nil ? s.finished[ino, default: 0] : nil }) else { return }
+        guard let fresh = try? store.read({ try $0.item(ino) }), fresh.kind == .file,
+              fresh.content == .placeholder || fresh.content == .partial || fresh.content == .stale,
+              let digest = fresh.serverDigest
+        else { return }
+        let size = fresh.size
         let shouldStart = state.withLock { s -> Bool in
-            if s[ino] != nil { return false }
-            s[ino] = Active(digest: digest, size: size)
+            if s.active[ino] != nil || s.finished[ino, default: 0] != seen { return false }
+            s.active[ino] = Active(digest: digest, size: size)
             return true
         }
         guard shouldStart else { return }
@@ -73,7 +92,7 @@ public final class Downloads: Sendable {
             return
         }
         let task = Task { await self.runSequential(ino: ino, digest: digest, size: size) }
-        state.withLock { $0[ino]?.task = task }
+        state.withLock { $0.active[ino]?.task = task }
     }
 
     /// Returns once `range` of the file is in the cache file (or throws why it never will be).
@@ -82,7 +101,7 @@ public final class Downloads: Sendable {
         start(item)
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, Error>) in
             let (ready, priority) = state.withLock { s -> (Bool, (ContentDigest, Range<Int64>)?) in
-                guard var active = s[ino] else { return (true, nil) }
+                guard var active = s.active[ino] else { return (true, nil) }
                 let clamped = range.clamped(to: 0..<active.size)
                 if active.ranges.contains(clamped) { return (true, nil) }
                 active.waiters.append(Waiter(range: clamped, continuation: c))
@@ -95,7 +114,7 @@ public final class Downloads: Sendable {
                     active.priorityFetches.append(fetch)
                     priority = (active.digest, fetch)
                 }
-                s[ino] = active
+                s.active[ino] = active
                 return (false, priority)
             }
             if ready {
@@ -108,7 +127,11 @@ public final class Downloads: Sendable {
     }
 
     public func cancel(_ ino: Int64) {
-        let active = state.withLock { $0.removeValue(forKey: ino) }
+        let active = state.withLock { s -> Active? in
+            guard let a = s.active.removeValue(forKey: ino) else { return nil }
+            s.finished[ino, default: 0] += 1
+            return a
+        }
         active?.task?.cancel()
         for w in active?.waiters ?? [] { w.continuation.resume(throwing: EngineError.cancelled) }
     }
@@ -168,11 +191,11 @@ public final class Downloads: Sendable {
 
     func landed(_ ino: Int64, _ range: Range<Int64>) {
         let ready = state.withLock { s -> [Waiter] in
-            guard var active = s[ino] else { return [] }
+            guard var active = s.active[ino] else { return [] }
             active.ranges.insert(range)
             let (done, waiting) = active.waiters.partitioned { active.ranges.contains($0.range) }
             active.waiters = waiting
-            s[ino] = active
+            s.active[ino] = active
             return done
         }
         for w in ready { w.continuation.resume() }
@@ -181,7 +204,7 @@ public final class Downloads: Sendable {
     func finish(_ ino: Int64, digest: ContentDigest, error: Error?) {
         // Record the outcome before waking readers, so that they see the final state.
         let message = error.map { ($0 as? EngineError)?.description ?? ($0 as? RemoteError).map(describe) ?? "\($0)" }
-        let size = state.withLock { $0[ino]?.size } ?? 0
+        let size = state.withLock { $0.active[ino]?.size } ?? 0
         do {
             try store.write { w in
                 guard var item = try w.reader.item(ino), item.content != .dirty else { return }
@@ -192,14 +215,19 @@ public final class Downloads: Sendable {
                     item.downloadError = nil
                     item.content = item.serverDigest == digest ? .current : .stale
                     item.cachedBytes = size
+                    item.lastAccess = SyncEngine.now()
                 }
                 try w.update(item)
             }
         } catch {
             logger.error("cannot record a download", metadata: ["item.ino": "\(ino)", "error": "\(error)"])
         }
-        if error != nil { cache.remove(ino) }
-        let active = state.withLock { $0.removeValue(forKey: ino) }
+        // On failure the sparse file stays (as a placeholder's): an open reader's descriptor
+        // keeps pointing at the file a retry will fill.
+        let active = state.withLock { s -> Active? in
+            s.finished[ino, default: 0] += 1
+            return s.active.removeValue(forKey: ino)
+        }
         let failure: Error? = error.map { e in
             if let r = e as? RemoteError { return EngineError.offline(describe(r)) }
             return e

@@ -67,20 +67,39 @@ extension SyncEngine {
     /// placeholder that cannot be downloaded fails at once instead of hanging a later read.
     public func prepareForReading(_ item: LocalItem) async throws {
         guard item.kind == .file, item.content == .placeholder || item.content == .partial || item.content == .stale else { return }
-        try await downloads.wait(for: 0..<min(item.size, 4096), of: item)
-        // An empty file or a finished download: nothing more to wait for.
+        try await waitForContent(item, range: 0..<min(item.size, 4096))
     }
 
-    /// Waits until `range` of the file is readable from its cache file.
+    /// Waits until `range` of the file's current server version is readable from its cache file.
     public func waitForContent(_ item: LocalItem, range: Range<Int64>) async throws {
-        try await downloads.wait(for: range, of: item)
-        // `wait` also returns when no download is active: make sure the bytes really are here.
-        let now = try store.read { try $0.item(item.ino) }
-        guard let now else { throw EngineError.notFound }
-        if now.content == .current || now.content == .dirty || now.content == .stale { return }
-        if downloads.progress(item.ino) == nil {
-            throw EngineError.offline(now.downloadError ?? "the download stopped")
+        var item = item
+        // A few rounds: a remote change may replace the version being fetched (its download is
+        // then cancelled and the new one started).
+        for _ in 0..<5 {
+            do {
+                try await downloads.wait(for: range, of: item)
+            } catch EngineError.cancelled {
+                guard let now = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
+                item = now
+                continue
+            }
+            guard let now = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
+            if now.content == .current || now.content == .dirty { return }
+            if let progress = downloads.progress(item.ino), now.serverDigest == item.serverDigest {
+                // Waited on the running download of the current version: the range is here.
+                _ = progress
+                return
+            }
+            if now.content == .stale, now.serverDigest != item.serverDigest || downloads.progress(item.ino) == nil {
+                item = now
+                continue
+            }
+            if downloads.progress(item.ino) == nil {
+                throw EngineError.offline(now.downloadError ?? "the download stopped")
+            }
+            return
         }
+        throw EngineError.offline("the content kept changing while it was being downloaded")
     }
 
     func runMaintenance() async {

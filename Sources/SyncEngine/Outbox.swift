@@ -65,6 +65,7 @@ extension SyncEngine {
         state.withLock { _ = $0.uploading.insert(entry.ino) }
         defer { state.withLock { s in s.uploading.remove(entry.ino); s.uploadProgress[entry.ino] = nil } }
         do {
+            try store.write { w in try w.markStarted(entry.seq) }
             let outcome = try await send(entry)
             if case .done = outcome { try store.write { w in try w.dequeue(entry.seq) } }
             return outcome
@@ -84,10 +85,6 @@ extension SyncEngine {
         if entry.op == .delete { return try await sendDelete(entry) }
         guard let item = try store.read({ try $0.item(entry.ino) }) else { return .done }
         if try store.read({ try $0.isExcluded(item.ino) }) { return .done }
-        if entry.op == .content, state.withLock({ $0.openForWriting[item.ino] != nil }) {
-            // Still being written: the last close queues it again.
-            return .done
-        }
         // A child goes up after its folder: send the folder's own create first.
         guard let parentID = try await parentOnServer(item) else {
             return .later("waiting for its folder to reach the server", after: .seconds(1), offline: false)
@@ -95,9 +92,19 @@ extension SyncEngine {
         switch entry.op {
         case .createFolder:
             if item.revision != nil { return .done }
-            return try await adopt(item, remote.createItem(CreateItemRequest(
-                parentID: parentID, name: item.name, kind: .folder, mode: item.mode, created: item.created,
-                modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID)), fallback: item)
+            let created: ItemMetadata
+            do {
+                created = try await remote.createItem(CreateItemRequest(
+                    parentID: parentID, name: item.name, kind: .folder, mode: item.mode, created: item.created,
+                    modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID))
+            } catch let RemoteError.refused(code, _, current) where code == .nameExists {
+                if try await sendPendingDelete(of: current?.id) { return .again }
+                try renameAside(item.ino)
+                return .again
+            }
+            try adoptMetadata(item.ino, created)
+            try followUpCreate(item, created)
+            return .done
         case .content:
             return try await sendContent(item, parentID: parentID)
         case .move, .attributes, .xattrs:
@@ -114,7 +121,8 @@ extension SyncEngine {
                 // Metadata changes apply on top of whatever changed meanwhile: rebase and resend.
                 try rebase(item.ino, on: current!)
                 return .again
-            } catch let RemoteError.refused(code, _, _) where code == .nameExists {
+            } catch let RemoteError.refused(code, _, current) where code == .nameExists {
+                if try await sendPendingDelete(of: current?.id) { return .again }
                 try renameAside(item.ino)
                 return .again
             } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
@@ -140,7 +148,10 @@ extension SyncEngine {
     func sendContent(_ item: LocalItem, parentID: ItemID) async throws -> Outcome {
         if item.content != .dirty && item.revision != nil { return .done }
         let generation = state.withLock { $0.writeGenerations[item.ino] ?? 0 }
-        let path = cache.path(item.ino)
+        // Upload a snapshot, never the live cache file: a writer (truncate, another open) may
+        // change it at any moment, and what goes up must be one whole version.
+        let path = try cache.snapshot(item.ino)
+        defer { unlink(path) }
         let (digest, size) = try Self.hashFile(path)
         state.withLock { $0.uploadProgress[item.ino] = (0, size) }
         if try await !remote.hasBlob(digest) {
@@ -152,7 +163,7 @@ extension SyncEngine {
         }
         state.withLock { $0.uploadProgress[item.ino] = (size, size) }
         guard state.withLock({ $0.writeGenerations[item.ino] ?? 0 }) == generation else { return .again }
-        let result: ItemMetadata
+        var result: ItemMetadata
         do {
             if let base = item.revision {
                 result = try await remote.updateContent(item.itemID, UpdateContentRequest(baseRevision: base, digest: digest, size: size, modified: item.modified))
@@ -163,6 +174,11 @@ extension SyncEngine {
             }
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
             let current = current!
+            if current.digest == digest {
+                // Our own upload, whose answer was lost: it is on the server already.
+                result = current
+                return try finishUpload(item, result: result, digest: digest, size: size, generation: generation)
+            }
             if current.digest == item.serverDigest {
                 // Only metadata changed on the server (a rename, a chmod): both apply.
                 try rebase(item.ino, on: current, keepContent: true)
@@ -171,14 +187,32 @@ extension SyncEngine {
             // The content changed on the server too: never overwrite it. Until conflict
             // versions exist, the upload waits here with the reason in uploadingError.
             return .later("conflict: the server has a newer version (revision \(current.revision)); this device's edit is kept and not uploaded", after: .seconds(30), offline: false)
-        } catch let RemoteError.refused(code, _, _) where code == .nameExists {
+        } catch let RemoteError.refused(code, _, current) where code == .nameExists {
+            if try await sendPendingDelete(of: current?.id) { return .again }
             try renameAside(item.ino)
             return .again
         } catch let RemoteError.refused(code, _, _) where code == .itemNotFound || code == .itemIDTaken {
             return try resurrectLocal(item.ino)
         }
-        try store.write { w in
-            guard var now = try w.reader.item(item.ino) else { return }
+        return try finishUpload(item, result: result, digest: digest, size: size, generation: generation)
+    }
+
+    /// Records a successful upload, unless the item changed identity meanwhile (a safe save
+    /// gave it another item's id): then what went up belongs to nobody and is removed, and the
+    /// content goes up again under the new identity.
+    func finishUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64) throws -> Outcome {
+        let sameItem = try store.write { w -> Bool in
+            guard var now = try w.reader.item(item.ino) else {
+                try w.updatePendingDelete(of: result.id, revision: result.revision)
+                return true
+            }
+            guard now.itemID == result.id else {
+                if try !w.reader.hasPendingDelete(of: result.id) {
+                    try w.enqueue(.delete, ino: item.ino, itemID: result.id, revision: result.revision)
+                }
+                try w.enqueue(.content, ino: item.ino)
+                return false
+            }
             now.revision = result.revision
             now.serverDigest = digest
             now.uploadError = nil
@@ -187,13 +221,27 @@ extension SyncEngine {
             }
             now.cachedBytes = max(now.cachedBytes, size)
             try w.update(now)
+            return true
         }
+        if sameItem && item.revision == nil { try followUpCreate(item, result) }
+        setConnected(true, error: nil)
         observer.event(MountEvent(kind: "uploaded", path: try store.read { try $0.path(of: item.ino) }))
         return .done
     }
 
     func sendDelete(_ entry: OutboxEntry) async throws -> Outcome {
-        guard let id = entry.itemID, let base = entry.revision else { return .done }
+        guard let id = entry.itemID else { return .done }
+        let base: Revision
+        if let revision = entry.revision {
+            base = revision
+        } else {
+            // Deleted before its create was answered: delete whatever that create made.
+            do {
+                base = try await remote.item(id).revision
+            } catch let RemoteError.refused(code, _, _) where code == .itemNotFound || code == .containerNotFound {
+                return .done
+            }
+        }
         do {
             _ = try await remote.deleteItem(id, base: base, recursive: false)
             return .done
@@ -206,6 +254,9 @@ extension SyncEngine {
             let inval = try store.write { w -> [KernelInvalidation] in
                 var out: [KernelInvalidation] = []
                 var events: [MountEvent] = []
+                // Gone from the queue first, or the feed's rule "a deletion is on its way" would
+                // keep the item away.
+                try w.dequeue(entry.seq)
                 try applyLocked(ItemChange(cursor: .start, kind: .upsert, item: item), w, &out, &events)
                 return out
             }
@@ -215,15 +266,34 @@ extension SyncEngine {
         }
     }
 
-    func adopt(_ item: LocalItem, _ result: ItemMetadata, fallback: LocalItem) throws -> Outcome {
-        try adoptMetadata(item.ino, result)
+    /// A create went up with the item's name and place at that moment. If the item was renamed,
+    /// moved or deleted while the request was in flight, send that too: the local rename or
+    /// delete found no server item to change then.
+    func followUpCreate(_ sent: LocalItem, _ created: ItemMetadata) throws {
+        try store.write { w in
+            guard let now = try w.reader.item(sent.ino), now.itemID == created.id else {
+                // Deleted meanwhile: its deletion is queued already (see FileSystem.deleteRow).
+                if try !w.reader.hasPendingDelete(of: created.id) {
+                    try w.enqueue(.delete, ino: sent.ino, itemID: created.id, revision: created.revision)
+                }
+                return
+            }
+            if now.name != sent.name || now.parent != sent.parent { try w.enqueue(.move, ino: sent.ino) }
+            if now.mode != sent.mode || now.modified != sent.modified { try w.enqueue(.attributes, ino: sent.ino) }
+            if now.xattrs != sent.xattrs { try w.enqueue(.xattrs, ino: sent.ino) }
+        }
+        outboxSignal.yield()
     }
 
     /// Records the server's answer: the new revision (and nothing that would undo local edits made since).
     @discardableResult
     func adoptMetadata(_ ino: Int64, _ result: ItemMetadata) throws -> Outcome {
         try store.write { w in
-            guard var now = try w.reader.item(ino) else { return }
+            guard var now = try w.reader.item(ino) else {
+                try w.updatePendingDelete(of: result.id, revision: result.revision)
+                return
+            }
+            guard now.itemID == result.id else { return }
             now.revision = result.revision
             if now.content != .dirty { now.serverDigest = result.digest }
             now.uploadError = nil
@@ -254,6 +324,23 @@ extension SyncEngine {
         observer.invalidate(inval)
     }
 
+    /// The server still has an item under the name because our own deletion of it is queued
+    /// behind this request (a safe save replaced it): send that deletion first.
+    /// Likewise when the item in the way is one of ours with a queued move away from the name.
+    func sendPendingDelete(of id: ItemID?) async throws -> Bool {
+        guard let id else { return false }
+        let queue = try store.read { try $0.outbox(limit: 10_000) }
+        if let entry = queue.first(where: { $0.op == .delete && $0.itemID == id }) {
+            if case .done = await run(entry) { return true }
+            return false
+        }
+        guard let blocker = try store.read({ try $0.item(id: id) }),
+              let move = queue.first(where: { $0.ino == blocker.ino && $0.op == .move && $0.notBefore <= Self.now() })
+        else { return false }
+        if case .done = await run(move) { return true }
+        return false
+    }
+
     func renameAside(_ ino: Int64) throws {
         let inval = try store.write { w -> [KernelInvalidation] in
             guard var item = try w.reader.item(ino), let parent = item.parent else { return [] }
@@ -273,6 +360,26 @@ extension SyncEngine {
             try resurrect(item, w)
         }
         return .again
+    }
+
+    /// A file written but never closed (the daemon was killed) has local changes and no queued
+    /// upload: queue it now, so that what reached the cache reaches the server.
+    func requeueUnclosedWrites() {
+        do {
+            try store.write { w in
+                for item in try w.reader.dirtyWithoutOps() where try !w.reader.isExcluded(item.ino) {
+                    if let size = cache.size(item.ino), size != item.size {
+                        var fixed = item
+                        fixed.size = size
+                        fixed.cachedBytes = size
+                        try w.update(fixed)
+                    }
+                    try w.enqueue(.content, ino: item.ino)
+                }
+            }
+        } catch {
+            logger.error("cannot requeue unclosed writes", metadata: ["error": "\(error)"])
+        }
     }
 
     /// SHA-256 and size of a cache file, read in 1 MiB blocks.
@@ -301,6 +408,7 @@ struct OutboxService: Service {
     let engine: SyncEngine
 
     func run() async throws {
+        engine.requeueUnclosedWrites()
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 // Deferred entries come due without a signal: look again every second.

@@ -194,11 +194,20 @@ public struct SyncServer: Sendable {
         }
         let writer = try storage.blobs.makeWriter()
         defer { writer.abort() }
-        for try await buffer in request.body {
-            if writer.bytesWritten + Int64(buffer.readableBytes) > configuration.maxUploadBytes {
-                throw APIError(.payloadTooLarge, "the body is larger than \(configuration.maxUploadBytes) bytes; nothing was stored")
+        do {
+            for try await buffer in request.body {
+                if writer.bytesWritten + Int64(buffer.readableBytes) > configuration.maxUploadBytes {
+                    throw APIError(.payloadTooLarge, "the body is larger than \(configuration.maxUploadBytes) bytes; nothing was stored")
+                }
+                try buffer.withUnsafeReadableBytes { try writer.write($0) }
             }
-            try buffer.withUnsafeReadableBytes { try writer.write($0) }
+        } catch let error as APIError {
+            throw error
+        } catch let error as BlobStoreError {
+            throw APIError(error)
+        } catch {
+            // The client stopped sending before the end of its body.
+            throw APIError(.invalidRequest, "the body ended before its declared length; nothing was stored")
         }
         let (digest, size) = try writer.commit(expecting: declared)
         // The blob is durable on disk before the account is given access to it, and both

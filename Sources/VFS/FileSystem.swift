@@ -228,7 +228,8 @@ public final class FileSystem: Sendable {
         let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
         guard offset < fileSize else { return .bytes([]) }
         let count = Int(min(Int64(size), fileSize - offset))
-        if item.content == .placeholder || item.content == .partial {
+        let refreshing = item.content == .stale && engine.downloads.progress(h.ino) != nil
+        if item.content == .placeholder || item.content == .partial || refreshing {
             do { try await engine.waitForContent(item, range: offset..<(offset + Int64(count))) } catch { throw Self.fsError(error) }
         }
         return .file(fd: h.fd, offset: offset, count: count)
@@ -445,13 +446,18 @@ public final class FileSystem: Sendable {
         engine.outboxChanged()
     }
 
-    /// Removes an item's row; if the server has it, queues its deletion with the base revision.
+    /// Removes an item's row and queues its deletion on the server, in one transaction.
+    ///
+    /// Also for an item that has no server revision yet: its create may be in flight, and the
+    /// queued deletion both removes what that create makes and keeps the create's echo on the
+    /// change feed from bringing the item back. (The outbox asks the server first; an item
+    /// that never went up costs one lookup.)
     func deleteRow(_ item: LocalItem, _ w: LocalWriter) throws {
         let excluded = try w.reader.isExcluded(item.ino)
         try w.dropOps(for: item.ino)
         try w.delete(item.ino)
-        if let revision = item.revision, !excluded {
-            try w.enqueue(.delete, ino: item.ino, itemID: item.itemID, revision: revision)
+        if !excluded {
+            try w.enqueue(.delete, ino: item.ino, itemID: item.itemID, revision: item.revision)
         }
     }
 

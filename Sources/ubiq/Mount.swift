@@ -18,6 +18,7 @@ struct Mount: AsyncParsableCommand {
     @Option(help: "This device's name, shown in conflict versions.") var device: String?
     @Option(help: "Largest local content to keep, e.g. 500M or 10G; least recently used clean files are evicted beyond it.") var cacheSize: String?
     @Flag(help: "Stay in the foreground (logs on stderr).") var foreground = false
+    @Flag(help: "Let other users use the mount (needs root or user_allow_other in /etc/fuse.conf); file modes still apply.") var allowOther = false
     @Option(help: "Log level.") var logLevel: String = "info"
 
     func validate() throws {
@@ -38,7 +39,7 @@ struct Mount: AsyncParsableCommand {
             mountpoint: target, serverURL: login.server, token: login.token, account: login.user,
             container: try ContainerID(container), cacheDirectory: cacheDir,
             deviceName: device ?? ProcessInfo.processInfo.hostName, cacheLimit: cacheSize.flatMap(ByteCount.parse),
-            logLevel: Logger.Level(rawValue: logLevel) ?? .info)
+            logLevel: Logger.Level(rawValue: logLevel) ?? .info, allowOther: allowOther)
         if foreground {
             do {
                 try await MountDaemon.run(config) { print("mounted \(target)"); fflush(nil) }
@@ -113,6 +114,7 @@ enum ByteCount {
 enum Spawn {
     /// posix_spawn with a new session, stdin from /dev/null, stdout and stderr to `log`.
     static func detached(executable: String, arguments: [String], log: String) throws -> pid_t {
+        markInheritedDescriptorsCloseOnExec()
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -130,6 +132,18 @@ enum Spawn {
         let rc = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
         guard rc == 0 else { throw Failure("cannot start \(executable): \(String(cString: strerror(rc)))") }
         return pid
+    }
+
+    /// A daemon must not keep a descriptor its starter's parent waits on: a program that runs
+    /// `ubiq mount` (a test harness, a service manager) may watch a pipe or socket to see it end,
+    /// and a daemon holding its other end makes `ubiq mount` look like it never returns.
+    static func markInheritedDescriptorsCloseOnExec() {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return }
+        for name in names {
+            guard let fd = Int32(name), fd > 2 else { continue }
+            let flags = fcntl(fd, F_GETFD)
+            if flags >= 0 { _ = fcntl(fd, F_SETFD, flags | FD_CLOEXEC) }
+        }
     }
 
     static func isAlive(_ pid: pid_t) -> Bool {
