@@ -16,11 +16,14 @@ public enum Binaries {
 
 /// Runs a command to completion with a deadline; returns its exit status and output.
 public func run(
-    _ executable: String, _ arguments: [String], stdin: String? = nil, timeout: Duration = .seconds(60)
+    _ executable: String, _ arguments: [String], stdin: String? = nil, timeout: Duration = .seconds(60),
+    environment: [String: String]? = nil, directory: String? = nil
 ) async throws -> (status: Int32, stdout: String, stderr: String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
+    if let environment { process.environment = environment }
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
     let out = Pipe(), err = Pipe(), inp = Pipe()
     process.standardOutput = out
     process.standardError = err
@@ -34,7 +37,7 @@ public func run(
     let deadline = clock.now + timeout
     while process.isRunning {
         if clock.now >= deadline {
-            process.terminate()
+            kill(process.processIdentifier, SIGKILL)
             throw TestSupportError("\(executable) \(arguments) did not finish within \(timeout)")
         }
         try await Task.sleep(for: .milliseconds(5))

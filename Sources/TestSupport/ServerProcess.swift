@@ -16,7 +16,7 @@ public final class ServerProcess: @unchecked Sendable {
 
     public static func start(extraArguments: [String] = []) async throws -> ServerProcess {
         let work = try TempDirectory("ubiq-server")
-        let (process, port) = try await launch(data: work.path + "/data", log: work.path, extra: extraArguments)
+        let (process, port) = try await launch(data: work.path + "/data", log: work.path, port: 0, extra: extraArguments)
         return ServerProcess(work: work, process: process, port: port, extra: extraArguments)
     }
 
@@ -28,7 +28,7 @@ public final class ServerProcess: @unchecked Sendable {
         self.extraArguments = extra
     }
 
-    static func launch(data: String, log: String, extra: [String]) async throws -> (Process, Int) {
+    static func launch(data: String, log: String, port listenPort: Int, extra: [String]) async throws -> (Process, Int) {
         let stdoutPath = log + "/stdout-\(UUID().uuidString)"
         _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
         if !FileManager.default.fileExists(atPath: log + "/stderr") {
@@ -36,7 +36,7 @@ public final class ServerProcess: @unchecked Sendable {
         }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Binaries.path("ubiq-server"))
-        process.arguments = ["--data", data, "--listen", "127.0.0.1:0", "--log-level", "warning"] + extra
+        process.arguments = ["--data", data, "--listen", "127.0.0.1:\(listenPort)", "--log-level", "warning"] + extra
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: stdoutPath))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: log + "/stderr"))
         try process.run()
@@ -69,10 +69,11 @@ public final class ServerProcess: @unchecked Sendable {
         process.waitUntilExit()
     }
 
-    /// Starts the server again on the same data folder (on a new port).
-    public func restart() async throws {
+    /// Starts the server again on the same data folder: on the same port when `samePort` (so
+    /// that mounts pointing at it reconnect), else on a new one.
+    public func restart(samePort: Bool = false) async throws {
         if process.isRunning { kill9() }
-        let (p, port) = try await Self.launch(data: dataDirectory, log: workDirectory.path, extra: extraArguments)
+        let (p, port) = try await Self.launch(data: dataDirectory, log: workDirectory.path, port: samePort ? port : 0, extra: extraArguments)
         self.process = p
         self.port = port
     }

@@ -1,0 +1,115 @@
+import Foundation
+import ItemModel
+import SyncAPI
+import TestSupport
+import Testing
+
+/// Two devices (separate caches and device names) on one live server, driven with real tools.
+@Suite(.serialized) struct PropagationTests {
+    @Test func aCopiedTreeAppearsOnTheOtherDeviceAsPlaceholdersAndReadsBackIdentical() async throws {
+        try await withDevices(["A", "B"]) { server, devices in
+            let (a, b) = (devices[0], devices[1])
+            let source = try TempDirectory("ubiq-source")
+            defer { source.remove() }
+            let tree = Tree.sample(seed: 7, fileCount: 40, maxSize: 300_000)
+            try tree.write(to: source.path + "/tree")
+            // One 3 MiB file, so reads span many FUSE requests and download chunks.
+            let big = Data((0..<3_145_728).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) })
+            FileManager.default.createFile(atPath: source.path + "/tree/big.bin", contents: big)
+            try await a.must("cp -r '\(source.path)/tree' \"$M/\"")
+
+            try await eventually(timeout: .seconds(30), "the tree on B") {
+                let r = try await b.sh(#"find "$M/tree" -type f 2>/dev/null | wc -l"#)
+                return Int(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) == tree.files.count + 1
+            }
+            // Placeholders: true size, no blocks, not downloaded, and reading the status does not download.
+            let stat = try await b.must(#"stat -c '%s %b' "$M/tree/big.bin""#)
+            #expect(stat.trimmingCharacters(in: .whitespacesAndNewlines) == "3145728 0")
+            let all = try await b.must(#"getfattr -d -m - "$M/tree/big.bin""#)
+            for name in ["downloadingStatus=\"notDownloaded\"", "isDownloading=\"0\"", "percentDownloaded=\"0\"", "isUploaded=\"1\"",
+                         "isUploading=\"0\"", "percentUploaded=\"100\"", "hasUnresolvedConflicts=\"0\"", "pinned=\"0\"", "itemID=", "revision="] {
+                #expect(all.contains("user.ubiq." + name), "getfattr -d lists \(name): \(all)")
+            }
+            #expect(try await b.must(#"stat -c '%b' "$M/tree/big.bin""#).trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+            #expect(try await b.xattr("tree/big.bin", "user.ubiq.downloadingStatus") == "notDownloaded")
+
+            // cat on B returns identical bytes, and the status becomes current.
+            for (path, data) in tree.files.sorted(by: { $0.key < $1.key }).prefix(15) + [("big.bin", big)] {
+                let out = try await b.must("sha256sum \"$M/tree/\(path)\"")
+                #expect(out.prefix(64) == sha256Hex(data), "\(path)")
+            }
+            #expect(try await b.xattr("tree/big.bin", "user.ubiq.downloadingStatus") == "current")
+            #expect(try await b.must(#"stat -c '%b' "$M/tree/big.bin""#).trimmingCharacters(in: .whitespacesAndNewlines) != "0")
+            // A, B and the server agree.
+            try await a.waitUntilUploaded()
+            let expected = try await a.snapshot()
+            #expect(try await b.snapshot() == expected)
+            let onServer = try await serverTree(server)
+            #expect(Set(onServer.keys) == Set(expected.keys))
+        }
+    }
+
+    @Test func renamesDeletesFoldersAndTagsPropagate() async throws {
+        try await withDevices(["A", "B"]) { _, devices in
+            let (a, b) = (devices[0], devices[1])
+            try await a.must(#"mkdir -p "$M/Documents/Projects" && echo one > "$M/Documents/one.txt" && echo two > "$M/two.txt""#)
+            try await eventually("B sees the files") { (try await b.sh(#"test -f "$M/Documents/one.txt" && test -f "$M/two.txt""#)).status == 0 }
+            try await a.must(#"mv "$M/Documents/one.txt" "$M/Documents/Projects/renamed.txt""#)
+            try await a.must(#"mv "$M/Documents/Projects" "$M/Projects""#)
+            try await a.must(#"rm "$M/two.txt""#)
+            try await a.must(#"mkdir "$M/New Folder""#)
+            try await a.must(#"setfattr -n user.xdg.tags -v work "$M/Projects/renamed.txt""#)
+            try await eventually("B sees every change") {
+                let r = try await b.sh(#"test -f "$M/Projects/renamed.txt" && test ! -e "$M/two.txt" && test -d "$M/New Folder" && test ! -e "$M/Documents/Projects" && getfattr --only-values -n user.xdg.tags "$M/Projects/renamed.txt""#)
+                return r.status == 0 && r.stdout == "work"
+            }
+            #expect(try await b.must(#"cat "$M/Projects/renamed.txt""#) == "one\n")
+            // And back the other way, including rm -r of a folder with content.
+            try await b.must(#"echo b > "$M/New Folder/from-b.txt" && rm -r "$M/Projects""#)
+            try await eventually("A sees B's changes") {
+                (try await a.sh(#"test -f "$M/New Folder/from-b.txt" && test ! -e "$M/Projects""#)).status == 0
+            }
+        }
+    }
+
+    @Test func ordinaryToolsWorkAndUnsupportedThingsAreRefused() async throws {
+        try await withDevices(["A", "B"]) { _, devices in
+            let (a, b) = (devices[0], devices[1])
+            try await a.must(#"cd "$M" && touch t && chmod 600 t && printf 'hello world' > f && truncate -s 5 f && sed -i 's/hello/HELLO/' f"#)
+            #expect(try await a.must(#"cat "$M/f""#) == "HELLO")
+            #expect(try await a.must(#"stat -c %a "$M/t""#).hasPrefix("600"))
+            // RENAME_NOREPLACE: mv -n leaves the target alone.
+            try await a.must(#"cd "$M" && echo keep > target && echo other > source && mv -n source target"#)
+            #expect(try await a.must(#"cat "$M/target""#) == "keep\n")
+            let hard = try await a.sh(#"ln "$M/f" "$M/hardlink""#)
+            #expect(hard.status != 0 && hard.stderr.contains("Operation not permitted"), "\(hard.stderr)")
+            let soft = try await a.sh(#"ln -s f "$M/symlink""#)
+            #expect(soft.status != 0, "symbolic links are refused")
+            let bad = try await a.sh(#"touch "$M/$(printf 'x%.0s' {1..256})""#)
+            #expect(bad.status != 0 && bad.stderr.contains("File name too long"), "\(bad.stderr)")
+            let df = try await a.must(#"df -P "$M" | tail -1"#)
+            #expect(df.hasPrefix("ubiq"), "\(df)")
+            var seen = ""
+            try await b.expectEventually("B sees chmod, truncate and the safe save (last seen: \(seen))", devices: [a, b]) {
+                let r = try await b.sh(#"cat "$M/f"; echo; stat -c %a "$M/t""#)
+                seen = r.stdout + r.stderr
+                return r.stdout == "HELLO\n600\n"
+            }
+        }
+    }
+
+    @Test func filesCreatedThroughTheMountBelongToTheCaller() async throws {
+        try await withDevices(["A"], mountArguments: ["--allow-other"]) { _, devices in
+            let a = devices[0]
+            // The test's own folders are private (mkdtemp): let the other user reach the mount.
+            try await a.must(#"chmod 755 "$(dirname "$M")""#)
+            try await a.must(#"mkdir "$M/shared" && chmod 777 "$M/shared""#)
+            try await a.must(#"setpriv --reuid=65534 --regid=65534 --clear-groups touch "$M/shared/mine""#)
+            #expect(try await a.must(#"stat -c '%u:%g' "$M/shared/mine""#) == "65534:65534\n")
+            // default_permissions: the kernel checks modes against the caller.
+            try await a.must(#"echo secret > "$M/private" && chmod 600 "$M/private""#)
+            let denied = try await a.sh(#"setpriv --reuid=65534 --regid=65534 --clear-groups cat "$M/private""#)
+            #expect(denied.status != 0 && denied.stderr.contains("Permission denied"))
+        }
+    }
+}

@@ -1,0 +1,82 @@
+import Foundation
+import ItemModel
+import LocalState
+import SyncAPI
+import Testing
+import TestSupport
+import VFS
+
+@Suite("Cache limit")
+struct CacheLimitTests {
+    static let fileSize = 10_000
+
+    func content(_ i: Int) -> [UInt8] { pattern(Self.fileSize, seed: UInt8(i)) }
+
+    func isPlaceholder(_ h: Harness, _ ino: Int64) throws -> Bool {
+        try h.downloadingStatus(ino) == "notDownloaded" && !h.engine.cache.exists(ino)
+    }
+
+    @Test("reading past the limit evicts the least recently used clean, closed, unpinned files; never pinned, dirty or open ones")
+    func evictsLeastRecentlyUsed() async throws {
+        // Room for 3.5 files: the pinned one, the dirty one, and one or two more.
+        let h = try Harness(cacheLimit: 35_000)
+        defer { h.close() }
+        // No outbox: the dirty file keeps its unsent change for the whole test.
+        try await h.running([.changeFeed, .maintenance]) {
+            for i in 1...4 { try h.remote.otherDevice.createFile("f\(i).bin", content: content(i)) }
+            try h.remote.otherDevice.createFile("pinned.bin", content: content(9))
+            try await eventually("the files to appear") { try h.children().count == 5 }
+            let f = try (1...4).map { try h.requireIno("/f\($0).bin") }
+            let pinned = try h.requireIno("/pinned.bin")
+            try h.fs.setXattr(pinned, name: "user.ubiq.pinned", value: n("1"), create: false, replace: false)
+            try await eventually("the pinned file to download") { try h.downloadingStatus(pinned) == "current" }
+            let dirty = try h.writeNewFile("dirty.bin", content(10))
+
+            // f1 stays open while f2 is read: over the limit, but an open file is never evicted.
+            let open1 = try await h.fs.open(f[0], flags: O_RDONLY)
+            #expect(sha(try await h.readAll(open1.handle, size: Int64(Self.fileSize))) == sha(content(1)))
+            #expect(sha(try await h.read(f[1])) == sha(content(2)))
+            try await eventually("f2, the only closed candidate, to be evicted") { try isPlaceholder(h, f[1]) }
+            #expect(try h.downloadingStatus(f[0]) == "current")
+            h.fs.release(open1.handle)
+
+            // Now f1 is the least recently used clean file.
+            #expect(sha(try await h.read(f[2])) == sha(content(3)))
+            try await eventually("f1 to be evicted") { try isPlaceholder(h, f[0]) }
+            #expect(try h.downloadingStatus(f[2]) == "current")
+            #expect(sha(try await h.read(f[3])) == sha(content(4)))
+            try await eventually("f3 to be evicted") { try isPlaceholder(h, f[2]) }
+            #expect(try h.downloadingStatus(f[3]) == "current")
+
+            // The pinned and the dirty file were never touched.
+            #expect(try h.downloadingStatus(pinned) == "current")
+            #expect(h.engine.cache.exists(pinned))
+            #expect(try h.local(dirty)?.content == .dirty)
+            #expect(sha(try await h.read(dirty)) == sha(content(10)))
+            let used = try h.engine.status().cachedBytes
+            #expect(used <= 35_000, "cache use \(used) is over the limit")
+            // An evicted file still reads (it downloads again).
+            #expect(sha(try await h.read(f[0])) == sha(content(1)))
+        }
+    }
+
+    @Test(
+        "a file downloaded on request is the most recently used, not the first to go"
+    )
+    func requestedDownloadIsRecent() async throws {
+        let h = try Harness(cacheLimit: 15_000)
+        defer { h.close() }
+        try await h.running([.changeFeed, .maintenance]) {
+            try h.remote.otherDevice.createFile("old.bin", content: content(1))
+            try h.remote.otherDevice.createFile("wanted.bin", content: content(2))
+            try await eventually("the files to appear") { try h.children().count == 2 }
+            let old = try h.requireIno("/old.bin")
+            let wanted = try h.requireIno("/wanted.bin")
+            #expect(sha(try await h.read(old)) == sha(content(1)))
+            try h.fs.setXattr(wanted, name: "user.ubiq.downloadingStatus", value: n("current"), create: false, replace: false)
+            try await eventually("one of them to be evicted") { try isPlaceholder(h, old) || isPlaceholder(h, wanted) }
+            #expect(try h.downloadingStatus(wanted) == "current", "the file just downloaded on request was evicted")
+            #expect(try isPlaceholder(h, old))
+        }
+    }
+}

@@ -1,0 +1,146 @@
+import Foundation
+import ItemModel
+import LocalState
+import SyncAPI
+import Testing
+import TestSupport
+import VFS
+
+/// Local changes made while the outbox has a request for the same item in flight. The remote
+/// holds the request at a gate, so each interleaving is exact rather than left to timing.
+@Suite("Changes during an upload")
+struct InFlightTests {
+    /// Waits until the tree is settled: nothing queued, every change applied, server and mount agree.
+    func settled(_ h: Harness) async throws {
+        try await eventually(timeout: .seconds(15), "the outbox to drain and the echo to be applied") {
+            try h.outbox().isEmpty && h.caughtUp()
+        }
+    }
+
+    /// Opens the gate and waits until the held call has its answer.
+    func release(_ gate: CallGate, _ operation: InMemoryRemoteStore.Operation, _ h: Harness) async throws {
+        let before = h.remote.answered(operation)
+        gate.open()
+        try await eventually("the held \(operation) to be answered") { h.remote.answered(operation) > before }
+    }
+
+    @Test(
+        "an edit made while the previous version uploads is sent after it"
+    )
+    func editDuringContentUpload() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("a.txt", Array("v1".utf8))
+        try await h.running {
+            try await settled(h)
+            let gate = h.remote.hold(.updateContent)
+            try await h.overwrite(ino, Array("v2".utf8))
+            try await eventually("v2's upload to be in flight") { gate.arrivals == 1 }
+            try await h.overwrite(ino, Array("v3".utf8))
+            try await release(gate, .updateContent, h)
+            try await settled(h)
+            #expect(h.remote.content(atPath: "/a.txt") == Array("v3".utf8))
+            #expect(try await h.read(ino) == Array("v3".utf8))
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+        }
+    }
+
+    @Test(
+        "a second rename made while the first one is being sent reaches the server"
+    )
+    func renameDuringMove() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try h.writeNewFile("a.txt", Array("x".utf8))
+        try await h.running {
+            try await settled(h)
+            let gate = h.remote.hold(.updateItem)
+            try h.fs.rename(parent: rootIno, name: n("a.txt"), newParent: rootIno, newName: n("b.txt"), noReplace: false, exchange: false)
+            try await eventually("the first move to be in flight") { gate.arrivals == 1 }
+            try h.fs.rename(parent: rootIno, name: n("b.txt"), newParent: rootIno, newName: n("c.txt"), noReplace: false, exchange: false)
+            try await release(gate, .updateItem, h)
+            try await settled(h)
+            #expect(h.remote.tree().keys.sorted() == ["/c.txt"])
+            #expect(try h.children() == ["c.txt"])
+        }
+    }
+
+    /// Regression: the create in flight carried the old name and nothing followed it up.
+    @Test("a rename made while the file's create is in flight reaches the server")
+    func renameDuringCreate() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            let gate = h.remote.hold(.createItem)
+            try h.writeNewFile("draft.txt", Array("text".utf8))
+            try await eventually("the create to be in flight") { gate.arrivals == 1 }
+            try h.fs.rename(parent: rootIno, name: n("draft.txt"), newParent: rootIno, newName: n("final.txt"), noReplace: false, exchange: false)
+            try await release(gate, .createItem, h)
+            try await settled(h)
+            #expect(h.remote.tree() == ["/final.txt": .init(kind: .file, digest: sha(Array("text".utf8)))])
+            #expect(try h.children() == ["final.txt"])
+        }
+    }
+
+    /// Regression: the create in flight landed anyway and its echo brought the file back.
+    @Test("a delete made while the file's create is in flight removes it from the server")
+    func deleteDuringCreate() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            let gate = h.remote.hold(.createItem)
+            try h.writeNewFile("scratch.txt", Array("temp".utf8))
+            try await eventually("the create to be in flight") { gate.arrivals == 1 }
+            try h.fs.unlink(parent: rootIno, name: n("scratch.txt"))
+            try await release(gate, .createItem, h)
+            try await settled(h)
+            #expect(h.remote.tree().isEmpty, "the server still has \(h.remote.tree().keys.sorted())")
+            let children = try h.children()
+            #expect(children.isEmpty, "the deleted file came back: \(children)")
+        }
+    }
+
+    @Test(
+        "a delete made while the file's new content uploads deletes it on the server"
+    )
+    func deleteDuringContentUpdate() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("a.txt", Array("v1".utf8))
+        try await h.running {
+            try await settled(h)
+            let gate = h.remote.hold(.updateContent)
+            try await h.overwrite(ino, Array("v2".utf8))
+            try await eventually("the content update to be in flight") { gate.arrivals == 1 }
+            try h.fs.unlink(parent: rootIno, name: n("a.txt"))
+            try await release(gate, .updateContent, h)
+            try await settled(h)
+            #expect(h.remote.tree().isEmpty, "the server still has \(h.remote.tree().keys.sorted())")
+            let children = try h.children()
+            #expect(children.isEmpty, "the deleted file came back: \(children)")
+        }
+    }
+
+    @Test(
+        "safe save while the temp file's create is in flight: the server ends with the new content under the real name"
+    )
+    func safeSaveDuringTempCreate() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let v1 = Array("old".utf8)
+        let v2 = Array("new, saved by an editor".utf8)
+        try h.writeNewFile("doc.txt", v1)
+        try await h.running {
+            try await settled(h)
+            let gate = h.remote.hold(.createItem)
+            try h.writeNewFile("doc.txt.tmp", v2)
+            try await eventually("the temp file's create to be in flight") { gate.arrivals == 1 }
+            try h.fs.rename(parent: rootIno, name: n("doc.txt.tmp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
+            try await release(gate, .createItem, h)
+            try await settled(h)
+            #expect(h.remote.tree() == ["/doc.txt": .init(kind: .file, digest: sha(v2))])
+            #expect(try h.children() == ["doc.txt"])
+            #expect(try await h.read(try h.requireIno("/doc.txt")) == v2)
+        }
+    }
+}

@@ -1,0 +1,220 @@
+import Foundation
+import ItemModel
+import LocalState
+import SyncAPI
+import Testing
+import TestSupport
+import VFS
+
+@Suite("Offline")
+struct OfflineTests {
+    @Test("offline: opening a placeholder fails promptly with EIO and sets downloadingError")
+    func openPlaceholderOffline() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            try h.remote.otherDevice.createFile("far.bin", content: pattern(100_000))
+            try await eventually("far.bin to appear") { try h.ino("/far.bin") != nil }
+            let ino = try h.requireIno("/far.bin")
+            h.remote.isOnline = false
+            let fs = h.fs
+            let code = try await within(.seconds(5), "open of a placeholder while offline") {
+                await errnoOf { try await fs.open(ino, flags: O_RDONLY) }
+            }
+            #expect(code == EIO)
+            let error = try h.xattr(ino, "user.ubiq.downloadingError")
+            #expect(error != nil && error != "", "downloadingError: \(error ?? "absent")")
+            #expect(try h.fs.listXattrs(ino).contains("user.ubiq.downloadingError"))
+            #expect(try h.downloadingStatus(ino) == "notDownloaded")
+            #expect(try h.fs.attributes(ino).blocks == 0)
+            #expect(try h.xattr(ino, "user.ubiq.isDownloading") == "0")
+
+            // Back online, the same open works and the error goes away.
+            h.remote.isOnline = true
+            #expect(sha(try await h.read(ino)) == sha(pattern(100_000)))
+            try await eventually("the error to clear") { try h.xattr(ino, "user.ubiq.downloadingError") == nil }
+        }
+    }
+
+    @Test(
+        "offline: every open of a placeholder fails, however fast the download fails"
+    )
+    func everyOfflineOpenFails() async throws {
+        let h = try Harness(inMemoryDatabase: true)
+        defer { h.close() }
+        try await h.running([.changeFeed]) {
+            for i in 0..<300 {
+                try h.remote.otherDevice.createFile("f\(i).bin", content: pattern(10_000, seed: UInt8(truncatingIfNeeded: i)))
+            }
+            try await eventually("the files to appear") { try h.children().count == 300 }
+            h.remote.isOnline = false
+            var opened: [String] = []
+            for i in 0..<300 {
+                let ino = try h.requireIno("/f\(i).bin")
+                do {
+                    let o = try await h.fs.open(ino, flags: O_RDONLY)
+                    h.fs.release(o.handle)
+                    opened.append("f\(i).bin")
+                } catch let error as FSError {
+                    #expect(error.errno == EIO)
+                }
+            }
+            #expect(opened.isEmpty, "open succeeded offline on placeholders \(opened)")
+        }
+    }
+
+    @Test("offline: writes to a cached file work, the upload waits, and goes through once back online")
+    func writeOfflineThenSync() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let v1 = Array("written online".utf8)
+        let v2 = Array("edited while the server is away".utf8)
+        let ino = try h.writeNewFile("doc.txt", v1)
+        try await h.running {
+            try await eventually("the first upload") { try h.outbox().isEmpty && h.remote.item(atPath: "/doc.txt") != nil }
+            let id = try #require(h.remote.item(atPath: "/doc.txt")).id
+
+            h.remote.isOnline = false
+            let fs = h.fs
+            try await within(.seconds(5), "an offline edit of a cached file") {
+                let opened = try await fs.open(ino, flags: O_RDWR)
+                _ = try fs.write(opened.handle, offset: 0, data: v2)
+                fs.release(opened.handle)
+            }
+            #expect(try await h.read(ino) == v2)
+            #expect(try h.pending(ino) == [.content])
+            let attempts = h.remote.calls(.hasBlob) + h.remote.calls(.updateContent)
+            try await eventually("the outbox to try and fail") { h.remote.calls(.hasBlob) + h.remote.calls(.updateContent) > attempts }
+            try await eventually("the engine to notice it is offline") { !h.engine.isConnected }
+            #expect(try h.pending(ino) == [.content], "the upload stays queued")
+            #expect(h.remote.content(of: id) == v1)
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
+            #expect(try h.xattr(ino, "user.ubiq.uploadingError") == nil, "being offline is not an upload error")
+
+            h.remote.isOnline = true
+            try await eventually(timeout: .seconds(15), "the edit to reach the server") { h.remote.content(of: id) == v2 }
+            try await eventually("the outbox to drain") { try h.outbox().isEmpty }
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(h.engine.isConnected)
+        }
+    }
+
+    @Test("an upload that fails part way is retried and lands whole")
+    func failedUploadRetried() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        h.remote.failUploadsAfter = 0
+        let content = pattern(80_000, seed: 8)
+        let ino = try h.writeNewFile("retry.bin", content)
+        try await h.running {
+            try await eventually("an upload attempt") { h.remote.calls(.uploadBlob) > 0 }
+            #expect(h.remote.item(atPath: "/retry.bin") == nil)
+            #expect(try h.pending(ino) == [.content])
+            h.remote.failUploadsAfter = nil
+            try await eventually(timeout: .seconds(15), "the retry to land") { try h.outbox().isEmpty }
+            #expect(h.remote.item(atPath: "/retry.bin")?.digest == sha(content))
+        }
+    }
+}
+
+@Suite("Conflicts")
+struct ConflictTests {
+    @Test("an upload on a stale base is refused, stays queued with uploadingError, and the server keeps the other device's content")
+    func staleBaseRefused() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let v1 = Array("base".utf8)
+        let theirs = Array("the other device's edit".utf8)
+        let mine = Array("this device's edit".utf8)
+        let ino = try h.writeNewFile("shared.txt", v1)
+        try await h.running {
+            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            let id = try #require(h.remote.item(atPath: "/shared.txt")).id
+
+            // This device is away while the other one edits; then it edits the same base.
+            h.remote.isOnline = false
+            let other = try h.remote.otherDevice.updateContent(id, to: theirs)
+            try await h.overwrite(ino, mine)
+            h.remote.isOnline = true
+
+            try await eventually(timeout: .seconds(15), "the refusal to be recorded") { try h.xattr(ino, "user.ubiq.uploadingError") != nil }
+            #expect(h.remote.content(of: id) == theirs, "the server keeps the other device's content")
+            #expect(h.remote.liveItem(id)?.revision == other.revision)
+            #expect(try h.pending(ino) == [.content], "the local edit stays queued")
+            #expect(try await h.read(ino) == mine, "the local edit is kept")
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
+            #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1")
+            #expect(try h.xattr(ino, "user.ubiq.uploadingError")?.contains("conflict") == true)
+        }
+    }
+
+    @Test(
+        "a remote edit that arrives while the file is open for writing is not overwritten by the upload at close"
+    )
+    func remoteEditDuringOpenWrite() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let v1 = Array("base".utf8)
+        let theirs = Array("the other device's edit".utf8)
+        let mine = Array("this device's edit".utf8)
+        let ino = try h.writeNewFile("shared.txt", v1)
+        try await h.running {
+            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            let id = try #require(h.remote.item(atPath: "/shared.txt")).id
+
+            let opened = try await h.fs.open(ino, flags: O_WRONLY | O_TRUNC)
+            _ = try h.fs.write(opened.handle, offset: 0, data: mine)
+            try h.remote.otherDevice.updateContent(id, to: theirs)
+            try await eventually("the remote edit to be applied") { try h.caughtUp() }
+            h.fs.release(opened.handle)
+
+            let tries = h.remote.calls(.updateContent)
+            try await eventually("the upload to be tried") { h.remote.calls(.updateContent) > tries }
+            try await eventually("the outbox to settle") {
+                try h.outbox().isEmpty || h.xattr(ino, "user.ubiq.uploadingError") != nil
+            }
+            #expect(h.remote.content(of: id) == theirs, "the other device's edit was overwritten: nothing may be lost silently")
+            #expect(try await h.read(ino) == mine)
+        }
+    }
+
+    @Test("a remote rename of a file with a local edit: both apply")
+    func renameVersusEdit() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("old.txt", Array("v1".utf8))
+        try await h.running {
+            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            let id = try #require(h.remote.item(atPath: "/old.txt")).id
+            h.remote.isOnline = false
+            try h.remote.otherDevice.move(id, to: "new.txt")
+            try await h.overwrite(ino, Array("v2".utf8))
+            h.remote.isOnline = true
+            try await eventually(timeout: .seconds(15), "both changes to settle") { try h.outbox().isEmpty && h.caughtUp() }
+            #expect(h.remote.item(atPath: "/new.txt")?.id == id)
+            #expect(h.remote.content(of: id) == Array("v2".utf8))
+            #expect(h.remote.tree().count == 1)
+            #expect(try h.ino("/new.txt") == ino)
+            #expect(try h.ino("/old.txt") == nil)
+        }
+    }
+
+    @Test("edit versus delete: the edit wins and the item comes back")
+    func editVersusDelete() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("keep.txt", Array("v1".utf8))
+        try await h.running {
+            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            let id = try #require(h.remote.item(atPath: "/keep.txt")).id
+            h.remote.isOnline = false
+            try h.remote.otherDevice.delete(id)
+            try await h.overwrite(ino, Array("edited".utf8))
+            h.remote.isOnline = true
+            try await eventually(timeout: .seconds(15), "the edit to come back to the server") {
+                try h.outbox().isEmpty && h.remote.content(atPath: "/keep.txt") == Array("edited".utf8)
+            }
+            #expect(try await h.read(try h.requireIno("/keep.txt")) == Array("edited".utf8))
+        }
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+import ItemModel
+import LocalState
+import Synchronization
+import SyncAPI
+import Testing
+import TestSupport
+import VFS
+
+@Suite("Placeholders and content")
+struct PlaceholderTests {
+    @Test("a remote file appears as a placeholder; metadata never downloads; open + read do")
+    func remoteFileIsPlaceholder() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = pattern(200_000, seed: 9)
+        try await h.running {
+            let remote = try h.remote.otherDevice.createFile("remote.bin", content: content, mode: 0o640, xattrs: ["user.xdg.tags": Data("blue".utf8)])
+            try await eventually("remote.bin to appear") { try h.ino("/remote.bin") != nil }
+            let ino = try h.requireIno("/remote.bin")
+
+            let attributes = try h.fs.attributes(ino)
+            #expect(attributes.kind == .file)
+            #expect(attributes.blocks == 0)
+            #expect(attributes.size == Int64(content.count))
+            #expect(attributes.mode == 0o640)
+            #expect(attributes.mtime == remote.modified)
+            let listed = try h.fs.openDirectory(rootIno)
+            let entry = try h.fs.readDirectory(listed, from: 0).first { $0.name == "remote.bin" }
+            h.fs.closeDirectory(listed)
+            #expect(entry?.attributes.size == Int64(content.count))
+            #expect(entry?.attributes.blocks == 0)
+
+            // Reading every attribute is answered from metadata.
+            let downloadsBefore = h.remote.calls(.download)
+            #expect(try h.downloadingStatus(ino) == "notDownloaded")
+            for name in try h.fs.listXattrs(ino) { _ = try h.fs.getXattr(ino, name: name) }
+            #expect(try h.xattr(ino, "user.xdg.tags") == "blue")
+            #expect(try h.xattr(ino, "user.ubiq.percentDownloaded") == "0")
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(h.engine.downloads.activeCount == 0)
+            #expect(h.remote.calls(.download) == downloadsBefore)
+            #expect(!h.engine.cache.exists(ino))
+            #expect(try h.fs.attributes(ino).blocks == 0)
+
+            #expect(sha(try await h.read(ino)) == sha(content))
+            try await eventually("the status to become current") { try h.downloadingStatus(ino) == "current" }
+            #expect(try h.fs.attributes(ino).blocks > 0)
+            #expect(try h.xattr(ino, "user.ubiq.percentDownloaded") == "100")
+            #expect(try h.xattr(ino, "user.ubiq.itemID") == remote.id.rawValue)
+            #expect(try h.xattr(ino, "user.ubiq.revision") == remote.revision.rawValue)
+            #expect(try h.xattr(ino, "user.ubiq.downloadingError") == nil)
+            // Once current, another open reads from the cache.
+            let calls = h.remote.calls(.download)
+            #expect(sha(try await h.read(ino)) == sha(content))
+            #expect(h.remote.calls(.download) == calls)
+        }
+    }
+
+    @Test("a read returns once its own bytes are here, while the rest still downloads")
+    func readsStream() async throws {
+        let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        defer { h.close() }
+        let content = pattern(1_000_000, seed: 4)
+        try await h.running {
+            try h.remote.otherDevice.createFile("big.bin", content: content)
+            try await eventually("big.bin to appear") { try h.ino("/big.bin") != nil }
+            let ino = try h.requireIno("/big.bin")
+            let gate = h.remote.holdDownloads(afterBytes: 128 * 1024)
+            let opened = try await within(.seconds(10), "open of a placeholder whose first bytes are here") {
+                try await h.fs.open(ino, flags: O_RDONLY)
+            }
+            let head = try await within(.seconds(10), "a read of bytes already downloaded") {
+                try await h.readRange(opened.handle, offset: 0, size: 64 * 1024)
+            }
+            #expect(sha(head) == sha(Array(content[..<(64 * 1024)])))
+            #expect(try h.xattr(ino, "user.ubiq.isDownloading") == "1")
+            let percent = try #require(Int(try h.xattr(ino, "user.ubiq.percentDownloaded") ?? ""))
+            #expect((1..<100).contains(percent))
+            #expect(try h.downloadingStatus(ino) == "notDownloaded")
+            gate.open()
+            let tail = try await h.readRange(opened.handle, offset: 900_000, size: 100_000)
+            #expect(sha(tail) == sha(Array(content[900_000...])))
+            h.fs.release(opened.handle)
+            try await eventually("the download to finish") { try h.downloadingStatus(ino) == "current" }
+            #expect(try h.xattr(ino, "user.ubiq.isDownloading") == "0")
+        }
+    }
+
+    @Test("a remote content change makes a clean cached copy stale; the next open reads the new content")
+    func remoteChangeMakesStale() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let v1 = pattern(10_000, seed: 1)
+        let v2 = pattern(25_000, seed: 2)
+        try await h.running {
+            let remote = try h.remote.otherDevice.createFile("notes.txt", content: v1)
+            try await eventually("notes.txt to appear") { try h.ino("/notes.txt") != nil }
+            let ino = try h.requireIno("/notes.txt")
+            #expect(sha(try await h.read(ino)) == sha(v1))
+            try await eventually("v1 to be current") { try h.downloadingStatus(ino) == "current" }
+
+            let updated = try h.remote.otherDevice.updateContent(remote.id, to: v2)
+            try await eventually("the change to make the copy stale") { try h.downloadingStatus(ino) == "downloaded" }
+            #expect(try h.fs.attributes(ino).size == Int64(v2.count), "the placeholder shows the new size at once")
+            #expect(try h.xattr(ino, "user.ubiq.revision") == updated.revision.rawValue)
+            #expect(h.observer.invalidations.contains(.inode(ino)), "the kernel is told to drop its cache")
+
+            #expect(sha(try await h.read(ino)) == sha(v2))
+            try await eventually("v2 to be current") { try h.downloadingStatus(ino) == "current" }
+            #expect(sha(try await h.read(ino)) == sha(v2))
+        }
+    }
+
+    @Test(
+        "a stale file that is being refreshed: a read past the first bytes waits for the new bytes"
+    )
+    func staleRefreshReadWaits() async throws {
+        let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        defer { h.close() }
+        let v1 = pattern(300_000, seed: 1)
+        let v2 = pattern(300_000, seed: 2)
+        try await h.running {
+            let remote = try h.remote.otherDevice.createFile("big.txt", content: v1)
+            try await eventually("big.txt to appear") { try h.ino("/big.txt") != nil }
+            let ino = try h.requireIno("/big.txt")
+            #expect(sha(try await h.read(ino)) == sha(v1))
+            try await eventually("v1 to be current") { try h.downloadingStatus(ino) == "current" }
+            try h.remote.otherDevice.updateContent(remote.id, to: v2)
+            try await eventually("the copy to be stale") { try h.downloadingStatus(ino) == "downloaded" }
+
+            let gate = h.remote.holdDownloads(afterBytes: 64 * 1024)
+            let opened = try await within(.seconds(10), "open of a stale file") { try await h.fs.open(ino, flags: O_RDONLY) }
+            // The read may wait for the held bytes (correct) or return at once (then its bytes
+            // must already be the new ones). Give an early return a moment, then release the rest.
+            let returned = Mutex(false)
+            let reader = Task {
+                defer { returned.withLock { $0 = true } }
+                return try await h.readRange(opened.handle, offset: 200_000, size: 4096)
+            }
+            try? await eventually(timeout: .seconds(1), "the read to return early") { returned.withLock { $0 } }
+            gate.open()
+            let bytes = try await reader.value
+            h.fs.release(opened.handle)
+            #expect(sha(bytes) == sha(Array(v2[200_000..<204_096])), "read returned \(bytes.prefix(8))… instead of the new content")
+        }
+    }
+
+    @Test("writing current to downloadingStatus downloads; notDownloaded evicts back to a placeholder")
+    func downloadAndEvictThroughXattrs() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = pattern(50_000, seed: 5)
+        try await h.running {
+            try h.remote.otherDevice.createFile("f.bin", content: content)
+            try await eventually("f.bin to appear") { try h.ino("/f.bin") != nil }
+            let ino = try h.requireIno("/f.bin")
+            try h.fs.setXattr(ino, name: "user.ubiq.downloadingStatus", value: n("current"), create: false, replace: false)
+            try await eventually("the download to finish") { try h.downloadingStatus(ino) == "current" }
+            #expect(try h.fs.attributes(ino).blocks > 0)
+            try h.fs.setXattr(ino, name: "user.ubiq.downloadingStatus", value: n("notDownloaded"), create: false, replace: false)
+            #expect(try h.downloadingStatus(ino) == "notDownloaded")
+            #expect(try h.fs.attributes(ino).blocks == 0)
+            #expect(try h.fs.attributes(ino).size == Int64(content.count))
+            #expect(!h.engine.cache.exists(ino))
+            #expect(sha(try await h.read(ino)) == sha(content))
+        }
+    }
+
+    @Test("remote renames, moves and deletes show up in the mount")
+    func remoteTreeChanges() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            let folder = try h.remote.otherDevice.createFolder("folder")
+            let file = try h.remote.otherDevice.createFile("a.txt", content: Array("a".utf8))
+            try await eventually("the items to appear") { try h.ino("/folder") != nil && h.ino("/a.txt") != nil }
+            let ino = try h.requireIno("/a.txt")
+            try h.remote.otherDevice.move(file.id, to: "b.txt", parent: folder.id)
+            try await eventually("the move to show") { try h.ino("/folder/b.txt") != nil }
+            #expect(try h.ino("/a.txt") == nil)
+            #expect(try h.requireIno("/folder/b.txt") == ino, "a moved item keeps its inode")
+            try h.remote.otherDevice.delete(folder.id, recursive: true)
+            try await eventually("the delete to show") { try h.ino("/folder") == nil }
+            #expect(try h.children().isEmpty)
+            #expect(try h.local(ino) == nil)
+        }
+    }
+}

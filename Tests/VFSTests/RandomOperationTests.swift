@@ -1,0 +1,247 @@
+import Foundation
+import ItemModel
+import LocalState
+import SyncAPI
+import Testing
+import TestSupport
+import VFS
+
+/// STYLE 12: random operation sequences against a model of the tree, seeded, the seed printed
+/// on failure. After the run, once the outbox is empty, the server's tree must equal the mount's,
+/// and both must equal the model.
+@Suite("Random operations", .serialized)
+struct RandomOperationTests {
+    /// The model: every path and what it holds.
+    struct Model {
+        enum Node: Equatable {
+            case folder
+            case file([UInt8])
+        }
+
+        var nodes: [String: Node] = [:]
+
+        func parent(of path: String) -> String {
+            guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return "" }
+            return String(path[..<slash])
+        }
+
+        func children(of folder: String) -> [String] {
+            nodes.keys.filter { parent(of: $0) == folder }
+        }
+
+        var folders: [String] { [""] + nodes.filter { $0.value == .folder }.map(\.key).sorted() }
+        var files: [String] { nodes.filter { $0.value != .folder }.map(\.key).sorted() }
+        var all: [String] { nodes.keys.sorted() }
+
+        var tree: [String: InMemoryRemoteStore.TreeEntry] {
+            nodes.mapValues { node in
+                switch node {
+                case .folder: .init(kind: .folder, digest: nil)
+                case .file(let bytes): .init(kind: .file, digest: sha(bytes))
+                }
+            }
+        }
+
+        /// Names and kinds only.
+        var shape: [String: InMemoryRemoteStore.TreeEntry] { tree.mapValues { .init(kind: $0.kind, digest: nil) } }
+
+        func depth(_ path: String) -> Int { path.split(separator: "/").count }
+    }
+
+    enum Op: CustomStringConvertible {
+        case mkdir(String)
+        case create(String, [UInt8])
+        case overwrite(String, [UInt8])
+        case rename(String, String, noReplace: Bool)
+        case unlink(String)
+        case rmdir(String)
+
+        var description: String {
+            switch self {
+            case .mkdir(let p): "mkdir \(p)"
+            case .create(let p, let c): "create \(p) (\(c.count) bytes)"
+            case .overwrite(let p, let c): "overwrite \(p) (\(c.count) bytes)"
+            case .rename(let a, let b, let noReplace): "rename \(a) -> \(b)\(noReplace ? " (noreplace)" : "")"
+            case .unlink(let p): "unlink \(p)"
+            case .rmdir(let p): "rmdir \(p)"
+            }
+        }
+    }
+
+    static let names = ["a", "b", "c", "d.txt", "e.txt", "f.nfo"]
+
+    func randomOp(_ model: Model, _ g: inout SeededGenerator) -> Op {
+        let folder = model.folders.filter { model.depth($0) < 3 }.randomElement(using: &g) ?? ""
+        let fresh = folder + "/" + Self.names.randomElement(using: &g)!
+        let existing = model.all.randomElement(using: &g)
+        let content = pattern(Int.random(in: 0...3000, using: &g), seed: UInt8.random(in: 0...255, using: &g))
+        switch Int.random(in: 0..<100, using: &g) {
+        case 0..<18: return .mkdir(fresh)
+        case 18..<42: return .create(fresh, content)
+        case 42..<52:
+            if let file = model.files.randomElement(using: &g) { return .overwrite(file, content) }
+            return .create(fresh, content)
+        case 52..<76: return .rename(existing ?? fresh, fresh, noReplace: Int.random(in: 0..<8, using: &g) == 0)
+        case 76..<88: return .unlink(existing ?? fresh)
+        default: return .rmdir(existing ?? fresh)
+        }
+    }
+
+    /// What the model says the operation answers; applies it to the model on success.
+    func expected(_ op: Op, _ model: inout Model) -> Int32? {
+        switch op {
+        case .mkdir(let p), .create(let p, _):
+            if model.nodes[p] != nil { return EEXIST }
+            if case .mkdir = op { model.nodes[p] = .folder } else if case .create(_, let c) = op { model.nodes[p] = .file(c) }
+            return nil
+        case .overwrite(let p, let c):
+            model.nodes[p] = .file(c)
+            return nil
+        case .unlink(let p):
+            guard let node = model.nodes[p] else { return ENOENT }
+            if node == .folder { return EISDIR }
+            model.nodes[p] = nil
+            return nil
+        case .rmdir(let p):
+            guard let node = model.nodes[p] else { return ENOENT }
+            if node != .folder { return ENOTDIR }
+            if !model.children(of: p).isEmpty { return ENOTEMPTY }
+            model.nodes[p] = nil
+            return nil
+        case .rename(let from, let to, let noReplace):
+            guard let source = model.nodes[from] else { return ENOENT }
+            if from == to { return nil }
+            // Into itself or below itself.
+            if to.hasPrefix(from + "/") { return EINVAL }
+            if let target = model.nodes[to] {
+                if noReplace { return EEXIST }
+                if target == .folder {
+                    if source != .folder { return EISDIR }
+                    if !model.children(of: to).isEmpty { return ENOTEMPTY }
+                } else if source == .folder {
+                    return ENOTDIR
+                }
+            }
+            let moved = model.nodes.filter { $0.key == from || $0.key.hasPrefix(from + "/") }
+            for key in moved.keys { model.nodes[key] = nil }
+            model.nodes[to] = nil
+            for (key, node) in moved { model.nodes[to + key.dropFirst(from.count)] = node }
+            return nil
+        }
+    }
+
+    func apply(_ op: Op, _ h: Harness) async throws -> Int32? {
+        func split(_ path: String) throws -> (Int64, String) {
+            let slash = path.lastIndex(of: "/")!
+            let parentPath = String(path[..<slash])
+            let parent = parentPath.isEmpty ? rootIno : try h.requireIno(parentPath)
+            return (parent, String(path[path.index(after: slash)...]))
+        }
+        switch op {
+        case .mkdir(let p):
+            let (parent, name) = try split(p)
+            return errnoOf { try h.mkdir(name, in: parent) }
+        case .create(let p, let c):
+            let (parent, name) = try split(p)
+            return errnoOf { try h.writeNewFile(name, in: parent, c) }
+        case .overwrite(let p, let c):
+            let ino = try h.requireIno(p)
+            return await errnoOf { try await h.overwrite(ino, c) }
+        case .unlink(let p):
+            let (parent, name) = try split(p)
+            return errnoOf { try h.fs.unlink(parent: parent, name: n(name)) }
+        case .rmdir(let p):
+            let (parent, name) = try split(p)
+            return errnoOf { try h.fs.removeDirectory(parent: parent, name: n(name)) }
+        case .rename(let from, let to, let noReplace):
+            let (parent, name) = try split(from)
+            let (newParent, newName) = try split(to)
+            return errnoOf {
+                try h.fs.rename(parent: parent, name: n(name), newParent: newParent, newName: n(newName), noReplace: noReplace, exchange: false)
+            }
+        }
+    }
+
+    /// Runs `count` operations from `seed`, checking each answer and the mount's tree against
+    /// the model. Returns the model.
+    func run(seed: UInt64, count: Int, on h: Harness) async throws -> (Model, [String]) {
+        var g = SeededGenerator(seed: seed)
+        var model = Model()
+        var log: [String] = []
+        for step in 0..<count {
+            let op = randomOp(model, &g)
+            log.append("\(step): \(op)")
+            let want = expected(op, &model)
+            let got = try await apply(op, h)
+            guard got == want else {
+                Issue.record("seed \(seed), step \(step): \(op) answered \(errnoName(got)), the model expects \(errnoName(want))\n\(log.suffix(30).joined(separator: "\n"))")
+                throw TestSupportError("diverged from the model")
+            }
+            // Names and kinds after every step; contents (which cost an open per file) every 25 steps.
+            let full = step % 25 == 24
+            let local = try await h.localTree(readContent: full)
+            guard local == (full ? model.tree : model.shape) else {
+                Issue.record("""
+                    seed \(seed), step \(step): after \(op) the mount differs from the model
+                    \(diff(local, full ? model.tree : model.shape))
+                    \(log.suffix(30).joined(separator: "\n"))
+                    engine events: \(h.observer.events.suffix(12).map { "\($0.kind) \($0.path ?? "") \($0.detail ?? "")" })
+                    """)
+                throw TestSupportError("diverged from the model")
+            }
+        }
+        return (model, log)
+    }
+
+    func diff(_ a: [String: InMemoryRemoteStore.TreeEntry], _ b: [String: InMemoryRemoteStore.TreeEntry]) -> String {
+        Set(a.keys).union(b.keys).sorted().compactMap { key in
+            a[key] == b[key] ? nil : "  \(key): \(a[key]?.description ?? "absent") vs \(b[key]?.description ?? "absent")"
+        }.joined(separator: "\n")
+    }
+
+    /// After the run: the server, the mount and the model agree once everything is sent.
+    func checkConverges(seed: UInt64, model: Model, log: [String], _ h: Harness) async throws {
+        do {
+            try await eventually(timeout: .seconds(30), "the outbox to drain and the server to match the mount") {
+                guard try h.outbox().isEmpty, try h.caughtUp() else { return false }
+                return try await h.localTree() == h.remote.tree()
+            }
+        } catch {
+            let local = try await h.localTree()
+            Issue.record("""
+                seed \(seed): no convergence; outbox \(try h.outbox().map { "\($0.op)#\($0.ino) \($0.lastError ?? "")" }); mount vs server:
+                \(diff(local, h.remote.tree()))
+                \(log.joined(separator: "\n"))
+                engine events: \(h.observer.events.suffix(30).map { "\($0.kind) \($0.path ?? "") \($0.detail ?? "")" })
+                """)
+            return
+        }
+        let local = try await h.localTree()
+        #expect(local == model.tree, "seed \(seed): mount vs model after syncing:\n\(diff(local, model.tree))")
+        #expect(h.remote.tree() == model.tree, "seed \(seed): server vs model:\n\(diff(h.remote.tree(), model.tree))")
+    }
+
+    /// Fixed seeds (replayable), plus one new seed per run, printed on failure.
+    static let seeds: [UInt64] = [1, 2, 3, 7, 42, 2024, UInt64.random(in: 1...UInt64.max)]
+
+    @Test("operations made offline, then synced: the server ends equal to the mount and the model", arguments: seeds)
+    func offlineThenSync(seed: UInt64) async throws {
+        let h = try Harness(inMemoryDatabase: true)
+        defer { h.close() }
+        let (model, log) = try await run(seed: seed, count: 150, on: h)
+        try await h.running { try await checkConverges(seed: seed, model: model, log: log, h) }
+    }
+
+    @Test(
+        "operations made while syncing: the server ends equal to the mount and the model",
+        arguments: seeds
+    )
+    func whileSyncing(seed: UInt64) async throws {
+        let h = try Harness(inMemoryDatabase: true)
+        defer { h.close() }
+        try await h.running {
+            let (model, log) = try await run(seed: seed, count: 150, on: h)
+            try await checkConverges(seed: seed, model: model, log: log, h)
+        }
+    }
+}

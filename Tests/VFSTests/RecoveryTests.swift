@@ -1,0 +1,181 @@
+import Foundation
+import ItemModel
+import LocalState
+import SyncAPI
+import Testing
+import TestSupport
+import VFS
+
+/// Restarts, reconnects and lost answers: the outbox is a promise that outlives them.
+@Suite("Restarts and lost answers")
+struct RecoveryTests {
+    @Test("a closed file's queued upload survives a daemon restart")
+    func uploadSurvivesRestart() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        let content = pattern(40_000, seed: 6)
+        first.remote.isOnline = false
+        try first.writeNewFile("kept.bin", content)
+        try first.mkdir("folder")
+        // Nothing reached the server; the daemon goes away without any shutdown.
+        let second = try first.restarted()
+        second.remote.isOnline = true
+        try await second.running {
+            try await eventually("the queued changes to be sent by the new daemon") { try second.outbox().isEmpty }
+            #expect(second.remote.tree() == [
+                "/kept.bin": .init(kind: .file, digest: sha(content)),
+                "/folder": .init(kind: .folder, digest: nil),
+            ])
+            #expect(sha(try await second.read(try second.requireIno("/kept.bin"))) == sha(content))
+        }
+    }
+
+    @Test("a create whose answer was lost is retried and makes one item")
+    func lostCreateAnswer() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        h.remote.loseAnswer(.createItem)
+        h.remote.loseAnswer(.uploadBlob)
+        let ino = try h.writeNewFile("once.txt", Array("once".utf8))
+        try await h.running {
+            try await eventually(timeout: .seconds(15), "the retry to settle") { try h.outbox().isEmpty && h.caughtUp() }
+            #expect(h.remote.tree() == ["/once.txt": .init(kind: .file, digest: sha(Array("once".utf8)))])
+            #expect(h.remote.calls(.createItem) >= 2, "the create was retried")
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(try h.children() == ["once.txt"])
+        }
+    }
+
+    @Test(
+        "a content update whose answer was lost is not taken for a conflict"
+    )
+    func lostUpdateAnswer() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("doc.txt", Array("v1".utf8))
+        try await h.running {
+            try await eventually("the first upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            h.remote.loseAnswer(.updateContent)
+            try await h.overwrite(ino, Array("v2".utf8))
+            try await eventually("the lost answer and the retry") { h.remote.calls(.updateContent) >= 2 }
+            try await eventually("the edit to settle") { try h.outbox().isEmpty || h.xattr(ino, "user.ubiq.uploadingError") != nil }
+            #expect(h.remote.content(atPath: "/doc.txt") == Array("v2".utf8))
+            #expect(try h.xattr(ino, "user.ubiq.uploadingError") == nil)
+            #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
+            #expect(try h.outbox().isEmpty)
+        }
+    }
+
+    @Test("a dropped push stream reconnects and brings the changes made meanwhile")
+    func streamReconnects() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            try await eventually("the push stream to open") { h.remote.openStreamCount == 1 && h.engine.isConnected }
+            h.remote.isOnline = false
+            try await eventually("the engine to notice") { !h.engine.isConnected }
+            try h.remote.otherDevice.createFile("meanwhile.txt", content: Array("x".utf8))
+            h.remote.isOnline = true
+            try await eventually("the change made while offline to arrive") { try h.ino("/meanwhile.txt") != nil }
+            #expect(h.engine.isConnected)
+            // A server restart ends the stream without an error; the engine reconnects too.
+            h.remote.dropStreams()
+            try h.remote.otherDevice.createFile("after-restart.txt", content: Array("y".utf8))
+            try await eventually("the change made across the restart to arrive") { try h.ino("/after-restart.txt") != nil }
+        }
+    }
+
+    @Test("catch-up from an empty mount: a child listed before its renamed folder still lands in it")
+    func orphansWaitForTheirFolder() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        // The compacted log lists each item at its latest change: the folder, renamed last, comes
+        // after the file inside it.
+        let folder = try h.remote.otherDevice.createFolder("old-name")
+        let inner = try h.remote.otherDevice.createFolder("inner", in: folder.id)
+        try h.remote.otherDevice.createFile("file.txt", in: inner.id, content: Array("nested".utf8))
+        try h.remote.otherDevice.move(inner.id, to: "inner2")
+        try h.remote.otherDevice.move(folder.id, to: "new-name")
+        try await h.running {
+            try await eventually("the catch-up") { try h.caughtUp() }
+            let tree = try await h.localTree()
+            #expect(tree == h.remote.tree())
+            #expect(tree["/new-name/inner2/file.txt"]?.digest == sha(Array("nested".utf8)))
+            let orphans = try h.store.read { try $0.orphans(of: folder.id) + $0.orphans(of: inner.id) }
+            #expect(orphans.isEmpty)
+        }
+    }
+}
+
+@Suite("File attributes and open files")
+struct OpenFileTests {
+    @Test("chmod, utimes and truncate of an uploaded file reach the server")
+    func attributesReachServer() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("a.txt", Array("hello world".utf8))
+        try await h.running {
+            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            let mtime: Timestamp = 1_600_000_000_123_456_789
+            let changed = try await h.fs.setAttributes(ino, .init(mode: 0o600, mtime: mtime), handle: nil)
+            #expect(changed.mode == 0o600)
+            #expect(changed.mtime == mtime)
+            try await eventually("the attributes to reach the server") {
+                let r = h.remote.item(atPath: "/a.txt")
+                return r?.mode == 0o600 && r?.modified == mtime
+            }
+            let truncated = try await h.fs.setAttributes(ino, .init(size: 5), handle: nil)
+            #expect(truncated.size == 5)
+            try await eventually("the truncation to reach the server") { h.remote.content(atPath: "/a.txt") == Array("hello".utf8) }
+            #expect(try await h.read(ino) == Array("hello".utf8))
+        }
+    }
+
+    @Test("truncate to zero of a placeholder needs no download")
+    func truncatePlaceholder() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            try h.remote.otherDevice.createFile("big.bin", content: pattern(100_000))
+            try await eventually("big.bin to appear") { try h.ino("/big.bin") != nil }
+            let ino = try h.requireIno("/big.bin")
+            let attributes = try await h.fs.setAttributes(ino, .init(size: 0), handle: nil)
+            #expect(attributes.size == 0)
+            #expect(h.remote.calls(.download) == 0)
+            try await eventually("the empty content to reach the server") { h.remote.item(atPath: "/big.bin")?.digest == .empty }
+        }
+    }
+
+    @Test("a file unlinked while open stays readable through its handle, then its cache file goes")
+    func unlinkWhileOpen() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = pattern(20_000)
+        let ino = try h.writeNewFile("open.bin", content)
+        let opened = try await h.fs.open(ino, flags: O_RDONLY)
+        try h.fs.unlink(parent: rootIno, name: n("open.bin"))
+        #expect(try h.fs.lookup(parent: rootIno, name: n("open.bin")) == nil)
+        #expect(try h.fs.attributes(ino).size == Int64(content.count), "the kernel may still ask about the open inode")
+        #expect(sha(try await h.readAll(opened.handle, size: Int64(content.count))) == sha(content))
+        h.fs.release(opened.handle)
+        h.fs.forget(ino)
+        #expect(!h.engine.cache.exists(ino))
+        #expect(errnoOf { try h.fs.attributes(ino) } == ENOENT)
+    }
+
+    @Test(
+        "fsync uploads the file while it stays open"
+    )
+    func fsyncUploads() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = Array("journal entry".utf8)
+        try await h.running {
+            let opened = try h.fs.createFile(parent: rootIno, name: n("log.txt"), mode: 0o644, flags: O_CREAT | O_WRONLY, uid: 0, gid: 0)
+            _ = try h.fs.write(opened.handle, offset: 0, data: content)
+            try h.fs.fsync(opened.handle)
+            try await eventually("the fsynced content to reach the server") { h.remote.content(atPath: "/log.txt") == content }
+            h.fs.release(opened.handle)
+        }
+    }
+}

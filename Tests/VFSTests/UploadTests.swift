@@ -1,0 +1,147 @@
+import Foundation
+import ItemModel
+import LocalState
+import SyncAPI
+import Testing
+import TestSupport
+import VFS
+
+@Suite("Uploads")
+struct UploadTests {
+    @Test("create + write + release queue exactly one content upload, with the dirty state")
+    func closeQueuesOneUpload() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = pattern(70_000)
+        let opened = try h.fs.createFile(parent: rootIno, name: n("a.bin"), mode: 0o600, flags: O_CREAT | O_WRONLY, uid: getuid(), gid: getgid())
+        let ino = opened.attributes.ino
+        // Nothing goes up while the file is open: a file is never uploaded half-written.
+        #expect(try h.outbox().isEmpty)
+        _ = try h.fs.write(opened.handle, offset: 0, data: Array(content[..<40_000]))
+        _ = try h.fs.write(opened.handle, offset: 40_000, data: Array(content[40_000...]))
+        #expect(try h.outbox().isEmpty)
+        #expect(try h.fs.attributes(ino).size == Int64(content.count), "the size shows while the file is being written")
+        h.fs.release(opened.handle)
+
+        let entries = try h.outbox()
+        #expect(entries.map(\.op) == [.content])
+        #expect(entries.first?.ino == ino)
+        let item = try #require(try h.local(ino))
+        #expect(item.content == .dirty)
+        #expect(item.size == Int64(content.count))
+        #expect(item.cachedBytes == Int64(content.count))
+        #expect(item.revision == nil)
+        #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
+        #expect(try h.xattr(ino, "user.ubiq.downloadingStatus") == "current")
+
+        // A second edit before the upload ran still leaves one entry: uploads use the state at send time.
+        let reopened = try await h.fs.open(ino, flags: O_WRONLY)
+        _ = try h.fs.write(reopened.handle, offset: 0, data: [9])
+        h.fs.release(reopened.handle)
+        #expect(try h.pending(ino) == [.content])
+    }
+
+    @Test("a closed file reaches the server with the same SHA-256, and its status turns uploaded")
+    func uploadReachesServer() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = pattern(300_000, seed: 3)
+        let ino = try h.writeNewFile("doc.bin", content)
+        try await h.running {
+            try await eventually("the outbox to drain") { try h.outbox().isEmpty }
+            let remote = try #require(h.remote.item(atPath: "/doc.bin"))
+            #expect(remote.digest == sha(content))
+            #expect(remote.size == Int64(content.count))
+            #expect(remote.mode == 0o644)
+            #expect(h.remote.content(of: remote.id).map(sha) == sha(content))
+            let local = try #require(try h.local(ino))
+            #expect(local.itemID == remote.id)
+            #expect(local.revision == remote.revision)
+            #expect(local.content == .current)
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(try h.xattr(ino, "user.ubiq.percentUploaded") == "100")
+            #expect(try h.xattr(ino, "user.ubiq.downloadingStatus") == "current")
+            #expect(try h.xattr(ino, "user.ubiq.itemID") == remote.id.rawValue)
+            #expect(try h.xattr(ino, "user.ubiq.revision") == remote.revision.rawValue)
+            // Our own change comes back on the push stream and changes nothing.
+            try await eventually("the echo to be applied") { try h.caughtUp() }
+            #expect(try h.local(ino)?.content == .current)
+            #expect(sha(try await h.read(ino)) == sha(content))
+        }
+    }
+
+    @Test("folders and nested files go up parent first, with their names")
+    func nestedTreeUploads() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let a = try h.mkdir("a")
+        let b = try h.mkdir("b", in: a)
+        try h.writeNewFile("deep.txt", in: b, Array("deep".utf8))
+        try h.writeNewFile("empty.txt", in: a, [])
+        try await h.running {
+            try await eventually("the outbox to drain") { try h.outbox().isEmpty }
+            #expect(h.remote.tree() == [
+                "/a": .init(kind: .folder, digest: nil),
+                "/a/b": .init(kind: .folder, digest: nil),
+                "/a/b/deep.txt": .init(kind: .file, digest: sha(Array("deep".utf8))),
+                "/a/empty.txt": .init(kind: .file, digest: .empty),
+            ])
+        }
+    }
+
+    @Test("safe save: a temp file renamed over an uploaded file becomes its next revision, same id")
+    func safeSave() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let v1 = Array("version one".utf8)
+        let v2 = Array("version two, saved by an editor".utf8)
+        try h.writeNewFile("doc.txt", v1)
+        try await h.running {
+            try await eventually("doc.txt to be uploaded") { try h.outbox().isEmpty && h.remote.item(atPath: "/doc.txt") != nil }
+            let original = try #require(h.remote.item(atPath: "/doc.txt"))
+            try await eventually("the echo to be applied") { try h.caughtUp() }
+
+            // The editor saves while this device cannot reach the server, so that the temp file is
+            // certainly not uploaded under its own name before the rename (see InFlightTests).
+            h.remote.isOnline = false
+            try h.writeNewFile(".doc.txt.swp", v2)
+            try h.fs.rename(parent: rootIno, name: n(".doc.txt.swp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
+            let saved = try h.requireIno("/doc.txt")
+            #expect(try h.ino("/.doc.txt.swp") == nil)
+            #expect(try h.xattr(saved, "user.ubiq.itemID") == original.id.rawValue, "the saved file keeps the item's identity")
+            #expect(sha(try await h.read(saved)) == sha(v2))
+            h.remote.isOnline = true
+
+            try await eventually("the save to reach the server") { try h.outbox().isEmpty }
+            let now = try #require(h.remote.item(atPath: "/doc.txt"))
+            #expect(now.id == original.id)
+            #expect(now.revision != original.revision)
+            #expect(now.digest == sha(v2))
+            #expect(h.remote.tree().count == 1, "no temp file on the server: \(h.remote.tree())")
+            try await eventually("the echo to be applied") { try h.caughtUp() }
+            #expect(sha(try await h.read(saved)) == sha(v2))
+            #expect(try h.xattr(saved, "user.ubiq.isUploaded") == "1")
+        }
+    }
+
+    @Test("rename, move and delete of uploaded items reach the server")
+    func metadataChangesReachServer() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let folder = try h.mkdir("folder")
+        try h.writeNewFile("a.txt", Array("a".utf8))
+        try h.writeNewFile("gone.txt", Array("gone".utf8))
+        try await h.running {
+            try await eventually("the first upload") { try h.outbox().isEmpty && h.remote.tree().count == 3 }
+            let aID = try #require(h.remote.item(atPath: "/a.txt")).id
+            try h.fs.rename(parent: rootIno, name: n("a.txt"), newParent: folder, newName: n("b.txt"), noReplace: false, exchange: false)
+            try h.fs.unlink(parent: rootIno, name: n("gone.txt"))
+            try await eventually("the changes to reach the server") { try h.outbox().isEmpty }
+            #expect(h.remote.tree() == [
+                "/folder": .init(kind: .folder, digest: nil),
+                "/folder/b.txt": .init(kind: .file, digest: sha(Array("a".utf8))),
+            ])
+            #expect(h.remote.item(atPath: "/folder/b.txt")?.id == aID)
+        }
+    }
+}

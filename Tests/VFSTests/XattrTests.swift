@@ -1,0 +1,214 @@
+import Foundation
+import ItemModel
+import LocalState
+import SyncAPI
+import Testing
+import TestSupport
+import VFS
+
+/// SPEC, "Extended attributes".
+@Suite("Extended attributes")
+struct XattrTests {
+    static let statusNames = [
+        "user.ubiq.downloadingStatus", "user.ubiq.isDownloading", "user.ubiq.percentDownloaded", "user.ubiq.isUploaded",
+        "user.ubiq.isUploading", "user.ubiq.percentUploaded", "user.ubiq.hasUnresolvedConflicts", "user.ubiq.pinned",
+        "user.ubiq.itemID", "user.ubiq.revision",
+    ]
+
+    func set(_ h: Harness, _ ino: Int64, _ name: String, _ value: String, create: Bool = false, replace: Bool = false) throws {
+        try h.fs.setXattr(ino, name: name, value: n(value), create: create, replace: replace)
+    }
+
+    @Test("the full status list on an uploaded file and on the root, with their values")
+    func statusLists() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("a.txt", Array("hello".utf8))
+        try await h.running {
+            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            let remote = try #require(h.remote.item(atPath: "/a.txt"))
+
+            #expect(try h.fs.listXattrs(ino) == Self.statusNames)
+            let values = try Dictionary(uniqueKeysWithValues: Self.statusNames.map { ($0, try h.xattr(ino, $0)) })
+            #expect(values == [
+                "user.ubiq.downloadingStatus": "current", "user.ubiq.isDownloading": "0", "user.ubiq.percentDownloaded": "100",
+                "user.ubiq.isUploaded": "1", "user.ubiq.isUploading": "0", "user.ubiq.percentUploaded": "100",
+                "user.ubiq.hasUnresolvedConflicts": "0", "user.ubiq.pinned": "0", "user.ubiq.itemID": remote.id.rawValue,
+                "user.ubiq.revision": remote.revision.rawValue,
+            ])
+            #expect(try h.xattr(ino, "user.ubiq.identityToken") == nil, "the identity token is on the root only")
+            #expect(errnoOf { try h.fs.getXattr(ino, name: "user.ubiq.identityToken") } == ENODATA)
+            #expect(errnoOf { try h.fs.getXattr(ino, name: "user.ubiq.downloadingError") } == ENODATA)
+            #expect(errnoOf { try h.fs.getXattr(ino, name: "user.ubiq.noSuchThing") } == ENODATA)
+
+            let rootNames = try h.fs.listXattrs(rootIno)
+            #expect(rootNames == Self.statusNames + ["user.ubiq.identityToken"])
+            #expect(try h.xattr(rootIno, "user.ubiq.identityToken") == Harness.identityToken)
+            #expect(try h.xattr(rootIno, "user.ubiq.itemID") == "root")
+            #expect(try h.xattr(rootIno, "user.ubiq.downloadingStatus") == "current")
+            #expect(try h.xattr(rootIno, "user.ubiq.isUploaded") == "1")
+        }
+    }
+
+    @Test("a new local file: not uploaded yet, no revision attribute")
+    func newFileStatus() throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("new.txt", Array("x".utf8))
+        #expect(try h.fs.listXattrs(ino) == Self.statusNames.filter { $0 != "user.ubiq.revision" })
+        #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
+        #expect(try h.xattr(ino, "user.ubiq.percentUploaded") == "0")
+        #expect(try h.xattr(ino, "user.ubiq.downloadingStatus") == "current")
+        #expect(try h.xattr(ino, "user.ubiq.revision") == nil)
+    }
+
+    @Test("read-only status names answer EPERM to set and remove")
+    func readOnlyNames() throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("a.txt", Array("x".utf8))
+        let readOnly = Self.statusNames.filter { $0 != "user.ubiq.pinned" && $0 != "user.ubiq.downloadingStatus" }
+            + ["user.ubiq.downloadingError", "user.ubiq.uploadingError", "user.ubiq.identityToken", "user.ubiq.somethingNew"]
+        for name in readOnly {
+            #expect(errnoOf { try set(h, ino, name, "1") } == EPERM, "\(name) on a file")
+            #expect(errnoOf { try set(h, rootIno, name, "1") } == EPERM, "\(name) on the root")
+        }
+        for name in Self.statusNames + ["user.ubiq.identityToken"] {
+            #expect(errnoOf { try h.fs.removeXattr(ino, name: name) } == EPERM, "remove \(name)")
+        }
+        #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
+        #expect(try h.xattr(rootIno, "user.ubiq.identityToken") == Harness.identityToken)
+    }
+
+    @Test("pinned accepts 0 and 1 only; 1 pins and downloads, 0 unpins")
+    func pinnedValues() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = pattern(20_000)
+        try await h.running([.changeFeed, .maintenance]) {
+            try h.remote.otherDevice.createFile("p.bin", content: content)
+            try await eventually("p.bin to appear") { try h.ino("/p.bin") != nil }
+            let ino = try h.requireIno("/p.bin")
+            for bad in ["2", "", "true", "yes", "-1", "11", "current"] {
+                #expect(errnoOf { try set(h, ino, "user.ubiq.pinned", bad) } == EINVAL, "pinned = '\(bad)'")
+            }
+            #expect(try h.xattr(ino, "user.ubiq.pinned") == "0")
+            #expect(try h.downloadingStatus(ino) == "notDownloaded")
+
+            try set(h, ino, "user.ubiq.pinned", "1")
+            #expect(try h.xattr(ino, "user.ubiq.pinned") == "1")
+            try await eventually("the pinned file to download") { try h.downloadingStatus(ino) == "current" }
+            #expect(sha(try #require(FileManager.default.contents(atPath: h.engine.cache.path(ino))).map { $0 }) == sha(content))
+            try set(h, ino, "user.ubiq.pinned", "0")
+            #expect(try h.xattr(ino, "user.ubiq.pinned") == "0")
+            #expect(try h.downloadingStatus(ino) == "current", "unpinning keeps the content")
+        }
+    }
+
+    @Test("pinning a folder pins what is below it, and what arrives there later")
+    func pinnedFolder() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running([.changeFeed, .maintenance]) {
+            let folder = try h.remote.otherDevice.createFolder("keep")
+            try h.remote.otherDevice.createFile("one.txt", in: folder.id, content: Array("one".utf8))
+            try await eventually("the folder to appear") { try h.ino("/keep/one.txt") != nil }
+            try set(h, try h.requireIno("/keep"), "user.ubiq.pinned", "1")
+            let one = try h.requireIno("/keep/one.txt")
+            #expect(try h.xattr(one, "user.ubiq.pinned") == "1")
+            try await eventually("one.txt to download") { try h.downloadingStatus(one) == "current" }
+            try h.remote.otherDevice.createFile("two.txt", in: folder.id, content: Array("two".utf8))
+            try await eventually("two.txt to arrive") { try h.ino("/keep/two.txt") != nil }
+            let two = try h.requireIno("/keep/two.txt")
+            #expect(try h.xattr(two, "user.ubiq.pinned") == "1")
+            try await eventually("two.txt to download") { try h.downloadingStatus(two) == "current" }
+        }
+    }
+
+    @Test("downloadingStatus: notDownloaded on a file with unsent changes is EBUSY; other values EINVAL")
+    func evictDirtyIsBusy() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = Array("unsent changes".utf8)
+        let ino = try h.writeNewFile("dirty.txt", content)
+        #expect(errnoOf { try set(h, ino, "user.ubiq.downloadingStatus", "notDownloaded") } == EBUSY)
+        #expect(try h.local(ino)?.content == .dirty)
+        #expect(h.engine.cache.exists(ino))
+        #expect(try await h.read(ino) == content)
+        for bad in ["downloaded", "excluded", "", "Current", "1"] {
+            #expect(errnoOf { try set(h, ino, "user.ubiq.downloadingStatus", bad) } == EINVAL, "downloadingStatus = '\(bad)'")
+        }
+        // While open, even a clean file is busy.
+        let opened = try await h.fs.open(ino, flags: O_RDONLY)
+        #expect(errnoOf { try set(h, ino, "user.ubiq.downloadingStatus", "notDownloaded") } == EBUSY)
+        h.fs.release(opened.handle)
+        // A folder holding it refuses too.
+        let folder = try h.mkdir("folder")
+        try h.fs.rename(parent: rootIno, name: n("dirty.txt"), newParent: folder, newName: n("dirty.txt"), noReplace: false, exchange: false)
+        #expect(errnoOf { try set(h, folder, "user.ubiq.downloadingStatus", "notDownloaded") } == EBUSY)
+        #expect(try await h.read(ino) == content)
+    }
+
+    @Test("user.xdg.tags: set, get, list, remove, and each change is queued for an uploaded item")
+    func userAttributeRoundTrip() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("tagged.txt", Array("x".utf8))
+        try await h.running {
+            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            let id = try #require(h.remote.item(atPath: "/tagged.txt")).id
+            // Hold the server's answer so that the queued op can be seen before it is sent.
+            let gate = h.remote.hold(.setXattrs)
+            try set(h, ino, "user.xdg.tags", "work,urgent")
+            #expect(try h.xattr(ino, "user.xdg.tags") == "work,urgent")
+            #expect(try h.fs.listXattrs(ino) == Self.statusNames + ["user.xdg.tags"])
+            #expect(try h.pending(ino) == [.xattrs])
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
+            gate.open()
+            try await eventually("the tags to reach the server") { h.remote.liveItem(id)?.xattrs["user.xdg.tags"] == Data("work,urgent".utf8) }
+            try await eventually("the op to leave the outbox") { try h.pending(ino).isEmpty }
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+
+            #expect(errnoOf { try set(h, ino, "user.xdg.tags", "again", create: true) } == EEXIST)
+            #expect(errnoOf { try set(h, ino, "user.xdg.comment", "x", replace: true) } == ENODATA)
+            #expect(errnoOf { try set(h, ino, "trusted.thing", "x") } == EOPNOTSUPP)
+            #expect(errnoOf { try set(h, ino, "user.", "x") } == EOPNOTSUPP)
+            #expect(errnoOf { try h.fs.getXattr(ino, name: "user.xdg.comment") } == ENODATA)
+
+            try h.fs.removeXattr(ino, name: "user.xdg.tags")
+            #expect(try h.xattr(ino, "user.xdg.tags") == nil)
+            #expect(try h.fs.listXattrs(ino) == Self.statusNames)
+            #expect(errnoOf { try h.fs.removeXattr(ino, name: "user.xdg.tags") } == ENODATA)
+            try await eventually("the removal to reach the server") { h.remote.liveItem(id)?.xattrs.isEmpty == true }
+        }
+    }
+
+    @Test("attributes of a new item travel with its create")
+    func attributesOnNewItem() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("new.txt", Array("x".utf8))
+        try set(h, ino, "user.xdg.comment", "made offline")
+        #expect(try h.pending(ino) == [.content], "no separate op before the item exists on the server")
+        try await h.running {
+            try await eventually("the upload") { try h.outbox().isEmpty }
+            #expect(h.remote.item(atPath: "/new.txt")?.xattrs == ["user.xdg.comment": Data("made offline".utf8)])
+        }
+    }
+
+    @Test("another device's attributes arrive, and reading them starts no download")
+    func remoteAttributes() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            let file = try h.remote.otherDevice.createFile("r.txt", content: pattern(5000))
+            try await eventually("r.txt to appear") { try h.ino("/r.txt") != nil }
+            let ino = try h.requireIno("/r.txt")
+            try h.remote.otherDevice.setXattrs(file.id, ["user.xdg.tags": Data("from-afar".utf8)])
+            try await eventually("the tags to arrive") { try h.xattr(ino, "user.xdg.tags") == "from-afar" }
+            #expect(try h.fs.listXattrs(ino).contains("user.xdg.tags"))
+            #expect(h.remote.calls(.download) == 0)
+            #expect(try h.downloadingStatus(ino) == "notDownloaded")
+        }
+    }
+}
