@@ -1,0 +1,439 @@
+#!/usr/bin/env python3
+"""Helpers for scripts/bench: make test data, time file operations in-process, talk to
+ubiq-server's HTTP API, print the result table. Standard library only.
+
+Timing happens inside this process (time.perf_counter around the system calls), so the cost of
+starting Python is never part of a measured interval, except where a comment says otherwise.
+"""
+import argparse
+import concurrent.futures
+import hashlib
+import http.client
+import json
+import math
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+import urllib.parse
+
+FILES_PER_DIR = 100
+MB = 1_000_000  # rates are MB/s with 1 MB = 10^6 bytes, as dd and curl report them
+READ_CHUNK = 1 << 20  # 1 MiB reads: large enough that syscall overhead does not matter
+
+
+# ---------------------------------------------------------------------------------------------
+# The test tree: FILES small files, FILES_PER_DIR per folder, the same names on every system.
+
+def tree_layout(files):
+    """Yields (dirname, filename) for the tree of `files` files."""
+    ndirs = math.ceil(files / FILES_PER_DIR)
+    width = max(3, len(str(ndirs - 1)))
+    for i in range(files):
+        yield f"d{i // FILES_PER_DIR:0{width}d}", f"f{i % FILES_PER_DIR:03d}.txt"
+
+
+def tree_content(dirname, filename):
+    # A few distinct bytes per file: content-addressed stores must keep 10,000 blobs, as in life.
+    return f"{dirname}/{filename}\n".encode()
+
+
+def cmd_make_tree(a):
+    for d, f in tree_layout(a.files):
+        os.makedirs(os.path.join(a.dir, d), exist_ok=True)
+        with open(os.path.join(a.dir, d, f), "wb") as out:
+            out.write(tree_content(d, f))
+
+
+def cmd_make_random(a):
+    """One file of random bytes: incompressible, so no layer can cheat by compressing."""
+    with open(a.path, "wb") as out:
+        left = a.size
+        while left:
+            n = min(left, READ_CHUNK)
+            out.write(os.urandom(n))
+            left -= n
+
+
+def cmd_make_small(a):
+    os.makedirs(a.dir, exist_ok=True)
+    width = len(str(a.count - 1))
+    for i in range(a.count):
+        with open(os.path.join(a.dir, f"s{i:0{width}d}.bin"), "wb") as out:
+            out.write(os.urandom(a.size))
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements. Each prints one number on stdout.
+
+def cmd_stat_rate(a):
+    paths = [os.path.join(a.root, d, f) for d, f in tree_layout(a.files)]
+    start = time.perf_counter()
+    for p in paths:
+        os.stat(p)
+    print(f"{len(paths) / (time.perf_counter() - start):.1f}")
+
+
+def cmd_ttfb(a):
+    """Milliseconds from open() to holding the first 4 KiB."""
+    start = time.perf_counter()
+    fd = os.open(a.path, os.O_RDONLY)
+    try:
+        got = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    elapsed = time.perf_counter() - start
+    if len(got) != 4096:
+        sys.exit(f"read {len(got)} bytes from {a.path}, expected 4096")
+    print(f"{elapsed * 1000:.3f}")
+
+
+def cmd_read_rate(a):
+    """MB/s of one sequential read of the whole file, open included."""
+    buf = bytearray(READ_CHUNK)
+    total = 0
+    start = time.perf_counter()
+    with open(a.path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            total += n
+    elapsed = time.perf_counter() - start
+    if total != a.size:
+        sys.exit(f"read {total} bytes from {a.path}, expected {a.size}")
+    print(f"{total / elapsed / MB:.1f}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Waits: every one polls with a deadline and exits 1 when it passes.
+
+def poll(check, deadline, interval, what):
+    end = time.monotonic() + deadline
+    while True:
+        if check():
+            return
+        if time.monotonic() > end:
+            sys.exit(f"timed out after {deadline:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def cmd_wait_port(a):
+    def listening():
+        try:
+            socket.create_connection(("127.0.0.1", a.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+    poll(listening, a.deadline, 0.05, f"127.0.0.1:{a.port} to listen")
+
+
+def cmd_wait_files(a):
+    """Until `dir` holds `count` files of `size` bytes (the rclone server's folder, on local disk)."""
+    def complete():
+        try:
+            with os.scandir(a.dir) as it:
+                return sum(1 for e in it if e.is_file() and e.stat().st_size == a.size) >= a.count
+        except FileNotFoundError:
+            return False
+    poll(complete, a.deadline, 0.02, f"{a.count} files of {a.size} bytes in {a.dir}")
+
+
+def cmd_wait_visible(a):
+    """Polls stat(path) until it succeeds; prints the wall-clock time (time.time()) it did.
+
+    The caller takes its own wall-clock time right after creating the file elsewhere and
+    subtracts; both use CLOCK_REALTIME. Polling starts before the creation (the ready file
+    says so), so Python's start-up is never inside the measured interval.
+    """
+    open(a.ready, "w").close()
+    end = time.monotonic() + a.deadline
+    while True:
+        try:
+            os.stat(a.path)
+            print(f"{time.time():.6f}")
+            return
+        except FileNotFoundError:
+            pass
+        if time.monotonic() > end:
+            sys.exit(f"{a.path} not visible after {a.deadline:g} s")
+        time.sleep(0.002)
+
+
+def cmd_wait_xattr(a):
+    def has_value():
+        try:
+            return os.getxattr(a.path, a.name) == a.value.encode()
+        except OSError:
+            return False
+    poll(has_value, a.deadline, 0.05, f"{a.name}={a.value} on {a.path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# ubiq-server's HTTP API (Sources/SyncAPI/Paths.swift, WireTypes.swift).
+
+CONTAINER = "default"
+
+
+class Api:
+    """One keep-alive connection per thread to ubiq-server."""
+
+    def __init__(self, server, token=None):
+        u = urllib.parse.urlsplit(server)
+        self.host, self.port = u.hostname, u.port or 80
+        self.token = token
+        self.local = threading.local()
+
+    def conn(self):
+        if getattr(self.local, "conn", None) is None:
+            # 1 MiB blocks when streaming a file body; http.client's default is 8 KiB.
+            self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=120, blocksize=READ_CHUNK)
+        return self.local.conn
+
+    def request(self, method, path, body=None, headers=None, ok=(200, 201)):
+        headers = dict(headers or {})
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        for attempt in (1, 2):
+            try:
+                c = self.conn()
+                c.request(method, path, body=body, headers=headers)
+                resp = c.getresponse()
+                data = resp.read()
+                break
+            except (http.client.HTTPException, ConnectionError):
+                # The server may close an idle keep-alive connection: reconnect once.
+                self.local.conn = None
+                if attempt == 2 or hasattr(body, "read"):
+                    raise
+        if resp.status not in ok:
+            raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {data[:300]!r}")
+        return json.loads(data) if data else None
+
+    def login(self, user, password):
+        self.token = self.request("POST", "/v1/auth/token", {"user": user, "password": password})["token"]
+        self.request("PUT", f"/v1/containers/{CONTAINER}")
+
+    def put_blob(self, data):
+        digest = hashlib.sha256(data).hexdigest()
+        self.request("PUT", f"/v1/blobs/{digest}", data, {"Content-Type": "application/octet-stream"})
+        return digest
+
+    def put_blob_file(self, path):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(READ_CHUNK):
+                h.update(chunk)
+        digest = h.hexdigest()
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            self.request("PUT", f"/v1/blobs/{digest}", f,
+                         {"Content-Type": "application/octet-stream", "Content-Length": str(size)})
+        return digest, size
+
+    def create(self, parent, name, kind, digest=None, size=None):
+        body = {"parentID": parent, "name": name, "kind": kind}
+        if digest is not None:
+            body["digest"], body["size"] = digest, size
+        return self.request("POST", f"/v1/containers/{CONTAINER}/items", body)["id"]
+
+    def children(self, item):
+        return self.request("GET", f"/v1/containers/{CONTAINER}/items/{item}/children")["items"]
+
+
+def load_manifest(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def cmd_ubiq_populate(a):
+    """Puts the tree and the big files on the server, as another device would have."""
+    api = Api(a.server)
+    api.login(a.user, os.environ["BENCH_UBIQ_PASSWORD"])
+    tree = api.create("root", "tree", "folder")
+    layout = list(tree_layout(a.files))
+    folders = {d: api.create(tree, d, "folder") for d in dict.fromkeys(d for d, _ in layout)}
+
+    def upload(entry):
+        d, f = entry
+        data = tree_content(d, f)
+        api.create(folders[d], f, "file", api.put_blob(data), len(data))
+
+    # A few threads with keep-alive connections: 10,000 files × 2 requests one by one with curl
+    # would take minutes of process start-ups.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.threads) as pool:
+        for _ in pool.map(upload, layout):
+            pass
+    ids = {}
+    for path in a.big:
+        digest, size = api.put_blob_file(path)
+        ids[os.path.basename(path)] = api.create("root", os.path.basename(path), "file", digest, size)
+    fd = os.open(a.manifest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the token
+    with os.fdopen(fd, "w") as f:
+        json.dump({"server": a.server, "token": api.token, "ids": ids}, f)
+
+
+def cmd_ubiq_create(a):
+    """Creates a small file at the container root, as another device would."""
+    m = load_manifest(a.manifest)
+    api = Api(m["server"], m["token"])
+    data = b"created elsewhere\n"
+    api.create("root", a.name, "file", api.put_blob(data), len(data))
+
+
+def cmd_ubiq_content_url(a):
+    m = load_manifest(a.manifest)
+    print(f"{m['server']}/v1/containers/{CONTAINER}/items/{m['ids'][a.name]}/content")
+
+
+def cmd_ubiq_token(a):
+    print(load_manifest(a.manifest)["token"])
+
+
+def cmd_ubiq_wait_folder(a):
+    """Until the server's root folder `name` holds `count` files of `size` bytes."""
+    m = load_manifest(a.manifest)
+    api = Api(m["server"], m["token"])
+
+    def complete():
+        folder = next((i for i in api.children("root") if i["name"] == a.name and i["kind"] == "folder"), None)
+        if folder is None:
+            return False
+        return sum(1 for i in api.children(folder["id"]) if i["kind"] == "file" and i["size"] == a.size) >= a.count
+    poll(complete, a.deadline, 0.05, f"{a.count} files in {a.name} on the server")
+
+
+# ---------------------------------------------------------------------------------------------
+# Small arithmetic for the shell.
+
+def cmd_median(a):
+    print(f"{statistics.median(a.values):.3f}")
+
+
+def cmd_ratio(a):
+    """count / seconds, where seconds = end - start (wall-clock stamps)."""
+    print(f"{a.count / (a.end - a.start):.3f}")
+
+
+def cmd_ms_between(a):
+    """Milliseconds from start to end, never negative: a change can be seen before the
+    creating request has returned to its caller."""
+    print(f"{max(0.0, (a.end - a.start) * 1000):.3f}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The result table.
+
+SYSTEMS = ("ubiq", "native", "rclone")
+
+
+def rows(p):
+    big = f"{p.big_mib} MiB"
+    return [
+        ("ls_cold", f"ls -lR of {p.files:,} files, cold", "s"),
+        ("ls_warm", "ls -lR, warm (second listing)", "s"),
+        ("stat_rate", f"stat of each of the {p.files:,} files", "stats/s"),
+        ("read_downloaded", f"sequential read, downloaded {big} file", "MB/s"),
+        ("ttfb", f"first 4 KiB of a {big} placeholder", "ms"),
+        ("read_placeholder", f"full read of a {big} placeholder", "MB/s"),
+        ("curl", "  curl of the same content from the server", "MB/s"),
+        ("cp_upload", f"cp -r {p.small:,} x 4 KiB files until on the server", "files/s"),
+        ("change", "remote change visible in mount (median of 5)", "ms"),
+    ]
+
+
+def fmt(v):
+    if isinstance(v, str):
+        return v
+    if v >= 1000:
+        return f"{v:,.0f}"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    if v >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def cmd_table(a):
+    values, status = {}, {}
+    with open(a.results) as f:
+        for line in f:
+            sysname, key, value = line.rstrip("\n").split("\t", 2)
+            if key == "_status":
+                status[sysname] = value
+                continue
+            try:
+                values[sysname, key] = float(value)
+            except ValueError:
+                values[sysname, key] = value
+    table = []
+    for key, label, unit in rows(a):
+        # A missing value: the system was not run (n/a) or stopped before this row (failed).
+        cells = [values.get((s, key), "failed" if status.get(s) == "failed" else "n/a") for s in SYSTEMS]
+        table.append((key, label, unit, cells))
+    header = ("measurement", "unit") + SYSTEMS
+    lines = [header] + [(label, unit, *map(fmt, cells)) for _, label, unit, cells in table]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for n, line in enumerate(lines):
+        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+    if a.json:
+        with open(a.json, "w") as f:
+            for key, label, unit, cells in table:
+                f.write(json.dumps({"key": key, "measurement": label.strip(), "unit": unit, **dict(zip(SYSTEMS, cells))}) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def add(name, fn, *args):
+        s = sub.add_parser(name)
+        for arg, kw in args:
+            s.add_argument(arg, **kw)
+        s.set_defaults(fn=fn)
+
+    add("free-port", lambda a: print(free_port()))
+    add("make-tree", cmd_make_tree, ("dir", {}), ("files", {"type": int}))
+    add("make-random", cmd_make_random, ("path", {}), ("size", {"type": int}))
+    add("make-small", cmd_make_small, ("dir", {}), ("count", {"type": int}), ("size", {"type": int}))
+    add("stat-rate", cmd_stat_rate, ("root", {}), ("files", {"type": int}))
+    add("ttfb", cmd_ttfb, ("path", {}))
+    add("read-rate", cmd_read_rate, ("path", {}), ("size", {"type": int}))
+    add("wait-port", cmd_wait_port, ("port", {"type": int}), ("deadline", {"type": float}))
+    add("wait-files", cmd_wait_files, ("dir", {}), ("count", {"type": int}), ("size", {"type": int}),
+        ("deadline", {"type": float}))
+    add("wait-visible", cmd_wait_visible, ("path", {}), ("ready", {}), ("deadline", {"type": float}))
+    add("wait-xattr", cmd_wait_xattr, ("path", {}), ("name", {}), ("value", {}), ("deadline", {"type": float}))
+    add("ubiq-populate", cmd_ubiq_populate, ("--server", {"required": True}), ("--user", {"required": True}),
+        ("--files", {"type": int, "required": True}), ("--big", {"action": "append", "default": []}),
+        ("--threads", {"type": int, "default": 8}), ("--manifest", {"required": True}))
+    add("ubiq-create", cmd_ubiq_create, ("manifest", {}), ("name", {}))
+    add("ubiq-content-url", cmd_ubiq_content_url, ("manifest", {}), ("name", {}))
+    add("ubiq-token", cmd_ubiq_token, ("manifest", {}))
+    add("ubiq-wait-folder", cmd_ubiq_wait_folder, ("manifest", {}), ("name", {}), ("count", {"type": int}),
+        ("size", {"type": int}), ("deadline", {"type": float}))
+    add("median", cmd_median, ("values", {"type": float, "nargs": "+"}))
+    add("ratio", cmd_ratio, ("count", {"type": float}), ("start", {"type": float}), ("end", {"type": float}))
+    add("ms-between", cmd_ms_between, ("start", {"type": float}), ("end", {"type": float}))
+    add("table", cmd_table, ("results", {}), ("--files", {"type": int}), ("--big-mib", {"type": int}),
+        ("--small", {"type": int}), ("--json", {}))
+    a = p.parse_args()
+    a.fn(a)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    main()
