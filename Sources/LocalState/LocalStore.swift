@@ -82,6 +82,11 @@ public final class LocalStore: Sendable {
                     """,
                 arguments: [now, now, now])
         }
+        m.registerMigration("v2: tombstones") { db in
+            // Items this device deleted on the server, until the deletion's own echo arrives:
+            // an older state of them still on its way must not bring them back.
+            try db.execute(sql: "CREATE TABLE tombstones (item_id TEXT PRIMARY KEY NOT NULL, revision TEXT NOT NULL)")
+        }
         return m
     }
 
@@ -170,6 +175,10 @@ public struct LocalReader {
     /// True while a local deletion of the server item `id` waits in the outbox.
     public func hasPendingDelete(of id: ItemID) throws -> Bool {
         (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox WHERE op = 'delete' AND item_id = ?", arguments: [id.rawValue]) ?? 0) > 0
+    }
+
+    public func tombstone(of id: ItemID) throws -> Revision? {
+        try String.fetchOne(db, sql: "SELECT revision FROM tombstones WHERE item_id = ?", arguments: [id.rawValue]).map(Revision.init(_:))
     }
 
     public func outboxCount() throws -> Int {
@@ -289,6 +298,14 @@ public struct LocalWriter {
 
     public func removeOrphan(_ id: ItemID) throws {
         try db.execute(sql: "DELETE FROM orphans WHERE item_id = ?", arguments: [id.rawValue])
+    }
+
+    public func addTombstone(_ id: ItemID, revision: Revision) throws {
+        try db.execute(sql: "INSERT OR REPLACE INTO tombstones (item_id, revision) VALUES (?, ?)", arguments: [id.rawValue, revision.rawValue])
+    }
+
+    public func removeTombstone(_ id: ItemID) throws {
+        try db.execute(sql: "DELETE FROM tombstones WHERE item_id = ?", arguments: [id.rawValue])
     }
 
     public func setMeta(_ key: String, _ value: String) throws {

@@ -38,6 +38,7 @@ extension SyncEngine {
         let local = try r.item(id: remote.id)
         if change.kind == .delete || remote.deleted {
             try w.removeOrphan(remote.id)
+            try w.removeTombstone(remote.id)
             guard let local else { return }
             if try hasLocalChanges(local, r) {
                 // Edit versus delete: the edit wins. The server's id is gone for good, so the
@@ -62,6 +63,7 @@ extension SyncEngine {
         // Deleted here, and the deletion is still on its way: the server's older state must not
         // bring it back (nor push a new local item of the same name aside).
         if local == nil, try r.hasPendingDelete(of: remote.id) { return }
+        if local == nil, let gone = try r.tombstone(of: remote.id), !remote.revision.isNewer(than: gone) { return }
         guard let parentID = remote.parentID, let parent = try r.item(id: parentID) else {
             // The parent has not arrived yet; it will (the log holds its latest state).
             try w.addOrphan(remote.id, parent: remote.parentID ?? .root, json: try JSONEncoder().encode(change))

@@ -55,6 +55,32 @@ public struct ContentCache: Sendable {
         return target
     }
 
+    /// 4 MiB kept free on the cache volume: when a writer fills the disk, dropping it leaves
+    /// room to record that the write failed (and that this version must not be uploaded).
+    static let reserveBytes = 4 << 20
+    var reservePath: String { directory + "/.reserve" }
+
+    /// Makes sure the reserve exists (when there is room for it).
+    public func ensureReserve() {
+        guard access(reservePath, F_OK) != 0 else { return }
+        let fd = Glibc.open(reservePath + ".new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let zeros = [UInt8](repeating: 0, count: 1 << 20)
+        for _ in 0..<(Self.reserveBytes >> 20) {
+            guard zeros.withUnsafeBytes({ Glibc.write(fd, $0.baseAddress, $0.count) }) == zeros.count else {
+                unlink(reservePath + ".new")
+                return
+            }
+        }
+        rename(reservePath + ".new", reservePath)
+    }
+
+    /// Frees the reserve: the volume is full and the failure must still be recorded.
+    public func dropReserve() {
+        unlink(reservePath)
+    }
+
     public func remove(_ ino: Int64) {
         unlink(path(ino))
     }

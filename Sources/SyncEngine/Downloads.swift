@@ -59,6 +59,11 @@ public final class Downloads: Sendable {
         state.withLock { s in s.active[ino].map { ($0.ranges.total, $0.size) } }
     }
 
+    /// The digest a running download fetches.
+    public func activeDigest(_ ino: Int64) -> ContentDigest? {
+        state.withLock { $0.active[ino]?.digest }
+    }
+
     public var activeCount: Int { state.withLock { $0.active.count } }
 
     /// Starts downloading an item's server content unless it is under way or already here.

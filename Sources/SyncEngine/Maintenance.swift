@@ -71,38 +71,62 @@ extension SyncEngine {
     }
 
     /// Waits until `range` of the file's current server version is readable from its cache file.
+    ///
+    /// A remote change may replace the version being fetched (its download is cancelled and a
+    /// new one starts), so this looks again a few times; it fails only when a download of the
+    /// current version failed (the reason is in `downloadingError`).
     public func waitForContent(_ item: LocalItem, range: Range<Int64>) async throws {
-        var item = item
-        // A few rounds: a remote change may replace the version being fetched (its download is
-        // then cancelled and the new one started).
-        for _ in 0..<5 {
-            do {
-                try await downloads.wait(for: range, of: item)
-            } catch EngineError.cancelled {
-                guard let now = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
-                item = now
-                continue
-            }
+        for _ in 0..<8 {
             guard let now = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
             if now.content == .current || now.content == .dirty { return }
-            if let progress = downloads.progress(item.ino), now.serverDigest == item.serverDigest {
-                // Waited on the running download of the current version: the range is here.
-                _ = progress
-                return
-            }
-            if now.content == .stale, now.serverDigest != item.serverDigest || downloads.progress(item.ino) == nil {
-                item = now
+            do {
+                try await downloads.wait(for: range, of: now)
+            } catch EngineError.cancelled {
                 continue
             }
-            if downloads.progress(item.ino) == nil {
-                throw EngineError.offline(now.downloadError ?? "the download stopped")
+            guard let after = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
+            if after.content == .current || after.content == .dirty { return }
+            if let running = downloads.activeDigest(item.ino), running == after.serverDigest { return }
+            if downloads.activeDigest(item.ino) == nil, let error = after.downloadError, after.serverDigest == now.serverDigest {
+                throw EngineError.offline(error)
             }
-            return
         }
         throw EngineError.offline("the content kept changing while it was being downloaded")
     }
 
+    /// Drops a file's local content (a write that failed for lack of space) and shows the
+    /// server's last version again, as a placeholder. Only for items the server has.
+    public func revertToServerVersion(_ ino: Int64) {
+        guard let item = try? store.read({ try $0.item(ino) }), item.revision != nil, !isOpen(ino) else { return }
+        downloads.cancel(ino)
+        cache.remove(ino)
+        try? store.write { w in
+            guard var now = try w.reader.item(ino) else { return }
+            now.content = .placeholder
+            now.cachedBytes = 0
+            try w.dropOps(for: ino)
+            try w.update(now)
+        }
+        let remote = self.remote
+        Task {
+            // The size and time the server has for the version shown again.
+            guard let current = try? await remote.item(item.itemID) else { return }
+            try? self.store.write { w in
+                guard var now = try w.reader.item(ino), now.content == .placeholder else { return }
+                now.size = current.size
+                now.modified = current.modified
+                now.serverDigest = current.digest
+                now.revision = current.revision
+                try w.update(now)
+            }
+            self.observer.invalidate([.inode(ino)])
+        }
+        observer.invalidate([.inode(ino)])
+        observer.event(MountEvent(kind: "writeFailed", path: try? store.read { try $0.path(of: ino) }, detail: "the disk is full; the last version on the server is shown again"))
+    }
+
     func runMaintenance() async {
+        cache.ensureReserve()
         // Pinned items: download what is missing, a few at a time.
         if let pinned = try? store.read({ try $0.pinnedNeedingContent() }) {
             for item in pinned.prefix(4) where downloads.progress(item.ino) == nil { downloads.start(item) }

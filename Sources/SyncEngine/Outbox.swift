@@ -98,9 +98,7 @@ extension SyncEngine {
                     parentID: parentID, name: item.name, kind: .folder, mode: item.mode, created: item.created,
                     modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID))
             } catch let RemoteError.refused(code, _, current) where code == .nameExists {
-                if try await sendPendingDelete(of: current?.id) { return .again }
-                try renameAside(item.ino)
-                return .again
+                return try await nameTaken(by: current, for: item.ino)
             }
             try adoptMetadata(item.ino, created)
             try followUpCreate(item, created)
@@ -122,9 +120,7 @@ extension SyncEngine {
                 try rebase(item.ino, on: current!)
                 return .again
             } catch let RemoteError.refused(code, _, current) where code == .nameExists {
-                if try await sendPendingDelete(of: current?.id) { return .again }
-                try renameAside(item.ino)
-                return .again
+                return try await nameTaken(by: current, for: item.ino)
             } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
                 return try resurrectLocal(item.ino)
             }
@@ -188,9 +184,7 @@ extension SyncEngine {
             // versions exist, the upload waits here with the reason in uploadingError.
             return .later("conflict: the server has a newer version (revision \(current.revision)); this device's edit is kept and not uploaded", after: .seconds(30), offline: false)
         } catch let RemoteError.refused(code, _, current) where code == .nameExists {
-            if try await sendPendingDelete(of: current?.id) { return .again }
-            try renameAside(item.ino)
-            return .again
+            return try await nameTaken(by: current, for: item.ino)
         } catch let RemoteError.refused(code, _, _) where code == .itemNotFound || code == .itemIDTaken {
             return try resurrectLocal(item.ino)
         }
@@ -243,7 +237,10 @@ extension SyncEngine {
             }
         }
         do {
-            _ = try await remote.deleteItem(id, base: base, recursive: false)
+            let tombstones = try await remote.deleteItem(id, base: base, recursive: false)
+            try store.write { w in
+                for t in tombstones { try w.addTombstone(t.id, revision: t.revision) }
+            }
             return .done
         } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
             return .done
@@ -341,6 +338,28 @@ extension SyncEngine {
         return false
     }
 
+    /// The server refused a name because another item holds it there. If that item is one of
+    /// ours, our own queued change will free the name: send it (or wait for it). Only an item
+    /// this device does not know (another device's) makes this one a conflicted copy.
+    func nameTaken(by holder: ItemMetadata?, for ino: Int64) async throws -> Outcome {
+        if try await sendPendingDelete(of: holder?.id) { return .again }
+        if let id = holder?.id {
+            if let mine = try store.read({ try $0.item(id: id) }) {
+                let queued = try store.read { try $0.outbox(limit: 10_000) }.contains { $0.ino == mine.ino && $0.op == .move }
+                if !queued {
+                    try store.write { w in try w.enqueue(.move, ino: mine.ino) }
+                    outboxSignal.yield()
+                }
+                return .later("waiting for a local rename to free the name", after: .milliseconds(100), offline: false)
+            }
+            if try store.read({ try $0.hasPendingDelete(of: id) || $0.tombstone(of: id) != nil }) {
+                return .later("waiting for a local deletion to free the name", after: .milliseconds(100), offline: false)
+            }
+        }
+        try renameAside(ino)
+        return .again
+    }
+
     func renameAside(_ ino: Int64) throws {
         let inval = try store.write { w -> [KernelInvalidation] in
             guard var item = try w.reader.item(ino), let parent = item.parent else { return [] }
@@ -362,23 +381,23 @@ extension SyncEngine {
         return .again
     }
 
-    /// A file written but never closed (the daemon was killed) has local changes and no queued
-    /// upload: queue it now, so that what reached the cache reaches the server.
+    /// A file that was open for writing when the daemon died has local changes and no queued
+    /// upload. Its content may be half-written, so it is never uploaded on its own: it is kept
+    /// here, reported in uploadingError, and goes up when it is saved (closed) again.
     func requeueUnclosedWrites() {
         do {
             try store.write { w in
-                for item in try w.reader.dirtyWithoutOps() where try !w.reader.isExcluded(item.ino) {
-                    if let size = cache.size(item.ino), size != item.size {
-                        var fixed = item
-                        fixed.size = size
-                        fixed.cachedBytes = size
-                        try w.update(fixed)
+                for var item in try w.reader.dirtyWithoutOps() where item.uploadError == nil {
+                    if let size = cache.size(item.ino) {
+                        item.size = size
+                        item.cachedBytes = size
                     }
-                    try w.enqueue(.content, ino: item.ino)
+                    item.uploadError = "the mount stopped while this file was open for writing; it is kept on this device and uploaded when it is saved again"
+                    try w.update(item)
                 }
             }
         } catch {
-            logger.error("cannot requeue unclosed writes", metadata: ["error": "\(error)"])
+            logger.error("cannot check unclosed writes", metadata: ["error": "\(error)"])
         }
     }
 

@@ -245,6 +245,8 @@ public final class FileSystem: Sendable {
                 if code == EINTR { continue }
                 handles.withLock { $0.open[handle]?.writeError = code }
                 // Disk full is ENOSPC to the writer, never EIO, and this version is not uploaded.
+                // Free the reserve so that the close can still record that.
+                if code == ENOSPC || code == EDQUOT { cache.dropReserve() }
                 throw code == ENOSPC || code == EDQUOT ? .noSpace : .io
             }
             done += n
@@ -304,6 +306,12 @@ public final class FileSystem: Sendable {
         if !stillOpen {
             _ = live.withLock { $0.removeValue(forKey: h.ino) }
             if detached.withLock({ $0.removeValue(forKey: h.ino) }) != nil { cache.remove(h.ino) }
+            if let code = h.writeError, code == ENOSPC || code == EDQUOT {
+                // The disk filled up under this writer: the partial version is dropped (its
+                // space is what the disk lacks) and the file is again the last version on the
+                // server, as a placeholder. A file the server never had keeps what was written.
+                engine.revertToServerVersion(h.ino)
+            }
         }
         if h.wrote { engine.outboxChanged() }
     }
@@ -399,7 +407,10 @@ public final class FileSystem: Sendable {
     }
 
     func setSize(_ ino: Int64, _ size: Int64, fd: Int32) throws(FSError) {
-        guard ftruncate(fd, off_t(size)) == 0 else { throw errno == ENOSPC ? .noSpace : .io }
+        guard ftruncate(fd, off_t(size)) == 0 else {
+            if errno == ENOSPC { cache.dropReserve() }
+            throw errno == ENOSPC ? .noSpace : .io
+        }
         engine.didWrite(ino)
         let now = Self.now()
         live.withLock { $0[ino] = Live(size: size, modified: now) }

@@ -1,0 +1,119 @@
+import Foundation
+import ItemModel
+import SyncAPI
+import TestSupport
+import Testing
+
+@Suite(.serialized) struct CacheAndOfflineTests {
+    @Test func pinDownloadsAndEvictKeepsThePlaceholder() async throws {
+        try await withDevices(["A", "B"]) { _, devices in
+            let (a, b) = (devices[0], devices[1])
+            try await a.must(#"mkdir -p "$M/keep/sub" && head -c 200000 /dev/urandom > "$M/keep/sub/x.bin" && head -c 1000 /dev/urandom > "$M/keep/y.bin""#)
+            try await a.waitUntilUploaded()
+            try await eventually("B lists the files") { (try await b.sh(#"test -f "$M/keep/sub/x.bin""#)).status == 0 }
+            #expect(try await b.xattr("keep/sub/x.bin", "user.ubiq.downloadingStatus") == "notDownloaded")
+
+            // pin is recursive and downloads.
+            let pin = try await b.ubiq(["pin", b.mountpoint + "/keep"])
+            #expect(pin.status == 0, "\(pin.stderr)")
+            #expect(try await b.xattr("keep/sub/x.bin", "user.ubiq.pinned") == "1")
+            try await eventually(timeout: .seconds(20), "pinned files to download") {
+                let x = try await b.xattr("keep/sub/x.bin", "user.ubiq.downloadingStatus")
+                let y = try await b.xattr("keep/y.bin", "user.ubiq.downloadingStatus")
+                return x == "current" && y == "current"
+            }
+            let onA = try await a.must(#"sha256sum < "$M/keep/sub/x.bin""#)
+            #expect(try await b.must(#"sha256sum < "$M/keep/sub/x.bin""#) == onA)
+
+            // evict drops the content, keeps the placeholder; reading brings it back.
+            _ = try await b.ubiq(["unpin", b.mountpoint + "/keep"])
+            let evict = try await b.ubiq(["evict", b.mountpoint + "/keep/sub/x.bin"])
+            #expect(evict.status == 0, "\(evict.stderr)")
+            #expect(try await b.xattr("keep/sub/x.bin", "user.ubiq.downloadingStatus") == "notDownloaded")
+            #expect(try await b.must(#"stat -c %b "$M/keep/sub/x.bin""#) == "0\n")
+            #expect(try await b.must(#"stat -c %s "$M/keep/sub/x.bin""#) == "200000\n")
+            // download --wait brings it back and exits 0 only then.
+            let download = try await b.ubiq(["download", "--wait", b.mountpoint + "/keep/sub/x.bin"])
+            #expect(download.status == 0, "\(download.stderr)")
+            #expect(try await b.xattr("keep/sub/x.bin", "user.ubiq.downloadingStatus") == "current")
+            // Writing notDownloaded through setfattr is evict too; EBUSY while changes are unsent.
+            try await b.must(#"setfattr -n user.ubiq.downloadingStatus -v notDownloaded "$M/keep/y.bin""#)
+            #expect(try await b.xattr("keep/y.bin", "user.ubiq.downloadingStatus") == "notDownloaded")
+            let readOnly = try await b.sh(#"setfattr -n user.ubiq.isUploaded -v 0 "$M/keep/y.bin""#)
+            #expect(readOnly.status != 0 && readOnly.stderr.contains("Operation not permitted"))
+        }
+    }
+
+    @Test func evictIsRefusedWhileChangesAreUnsent() async throws {
+        try await withDevices(["A"]) { server, devices in
+            let a = devices[0]
+            // With the server gone the change cannot leave: evict must refuse and say why.
+            server.kill9()
+            try await a.must(#"echo unsent > "$M/draft.txt""#)
+            let evict = try await a.ubiq(["evict", a.mountpoint + "/draft.txt"])
+            #expect(evict.status == 1 && evict.stderr.contains("not on the server"), "\(evict.stderr)")
+            let busy = try await a.sh(#"setfattr -n user.ubiq.downloadingStatus -v notDownloaded "$M/draft.txt""#)
+            #expect(busy.status != 0 && busy.stderr.contains("busy"), "\(busy.stderr)")
+            #expect(try await a.must(#"cat "$M/draft.txt""#) == "unsent\n")
+            try await server.restart(samePort: true)
+        }
+    }
+
+    @Test func theCacheLimitEvictsLeastRecentlyUsedCleanFilesButNeverPinnedOnes() async throws {
+        try await withDevices(["A"]) { server, devices in
+            let writer = devices[0]
+            try await writer.must(#"for i in 1 2 3 4 5 6; do head -c 1000000 /dev/urandom > "$M/f$i.bin"; done; head -c 1000000 /dev/urandom > "$M/pinned.bin""#)
+            try await writer.waitUntilUploaded()
+            // A second device with a 2.5 MB cache limit.
+            let b = try await TestDevice.mount("B", server: server, user: "alice", password: "alice-pw", extraArguments: ["--cache-size", "2500000"])
+            defer { Task { await b.unmount(); b.remove() } }
+            try await eventually("B lists everything") { (try await b.sh(#"test -f "$M/f6.bin" && test -f "$M/pinned.bin""#)).status == 0 }
+            _ = try await b.ubiq(["pin", b.mountpoint + "/pinned.bin"])
+            try await eventually("the pinned file to download") { try await b.xattr("pinned.bin", "user.ubiq.downloadingStatus") == "current" }
+            for i in 1...6 { try await b.must("cat \"$M/f\(i).bin\" > /dev/null") }
+            try await eventually(timeout: .seconds(20), "the cache to shrink under its limit") {
+                (try await b.status()).cachedBytes <= 2_500_000
+            }
+            #expect(try await b.xattr("pinned.bin", "user.ubiq.downloadingStatus") == "current", "pinned content is never evicted")
+            #expect(try await b.xattr("f6.bin", "user.ubiq.downloadingStatus") == "current", "the most recently read file stays")
+            #expect(try await b.xattr("f1.bin", "user.ubiq.downloadingStatus") == "notDownloaded", "the least recently read file went first")
+            await b.unmount()
+        }
+    }
+
+    @Test func offlineCachedFilesWorkUploadsWaitAndPlaceholdersFailAtOnce() async throws {
+        try await withDevices(["A", "B"]) { server, devices in
+            let (a, b) = (devices[0], devices[1])
+            try await a.must(#"echo cached > "$M/cached.txt" && head -c 100000 /dev/urandom > "$M/remote-only.bin""#)
+            try await a.waitUntilUploaded()
+            try await eventually("B lists the files") { (try await b.sh(#"test -f "$M/remote-only.bin""#)).status == 0 }
+            try await b.must(#"cat "$M/cached.txt" > /dev/null"#)
+
+            server.kill9()
+            try await eventually("B to notice it is offline") { !(try await b.status()).connected }
+            let status = try await b.ubiq(["status", "--mount", b.mountpoint])
+            #expect(status.stdout.contains("offline"), "\(status.stdout)")
+            // Cached files read and write normally.
+            #expect(try await b.must(#"cat "$M/cached.txt""#) == "cached\n")
+            try await b.must(#"echo "written offline" > "$M/offline.txt" && echo more >> "$M/cached.txt""#)
+            #expect(try await b.status().pendingUploads >= 2)
+            // A placeholder cannot be downloaded: EIO at once, and the reason in downloadingError.
+            let clock = ContinuousClock()
+            let started = clock.now
+            let read = try await b.sh(#"cat "$M/remote-only.bin" > /dev/null"#)
+            #expect(read.status != 0 && read.stderr.contains("Input/output error"), "\(read.stderr)")
+            #expect(clock.now - started < .seconds(5), "the open failed at once, it did not hang")
+            #expect(try await b.xattr("remote-only.bin", "user.ubiq.downloadingError") != nil)
+
+            // The server returns: the queued changes go up and reach A.
+            try await server.restart(samePort: true)
+            try await b.waitUntilUploaded(timeout: .seconds(30))
+            try await eventually(timeout: .seconds(20), "A to see B's offline work") {
+                let r = try await a.sh(#"cat "$M/offline.txt" "$M/cached.txt""#)
+                return r.stdout == "written offline\ncached\nmore\n"
+            }
+            let onA = try await a.must(#"sha256sum < "$M/remote-only.bin""#)
+            #expect(try await b.must(#"sha256sum < "$M/remote-only.bin""#) == onA)
+        }
+    }
+}
