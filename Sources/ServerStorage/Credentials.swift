@@ -18,6 +18,10 @@ public enum Credentials {
         return "scrypt$\(scryptRounds)$8$1$\(Data(salt).base64EncodedString())$\(Data(key).base64EncodedString())"
     }
 
+    /// A hash no password matches, verified for unknown users so that they take as long as
+    /// known ones.
+    public static let decoyHash: String = (try? hashPassword(Credentials.newToken())) ?? ""
+
     public static func verifyPassword(_ password: String, against stored: String) -> Bool {
         let parts = stored.split(separator: "$").map(String.init)
         guard parts.count == 6, parts[0] == "scrypt", let rounds = Int(parts[1]),

@@ -378,6 +378,10 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         guard let after = Int64(since.rawValue), after >= 0 else { throw StorageError.invalidCursor(since.rawValue) }
         let limit = max(1, limit)
         return try await writer.read { db in
+            // A cursor this server never handed out (another server's, or from the future after
+            // a restore) would silently skip changes: refuse it so the client starts over.
+            let highest = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'changes'") ?? 0
+            if after > highest { throw StorageError.invalidCursor(since.rawValue) }
             let rows = try Row.fetchAll(
                 db,
                 sql: "SELECT seq, kind, item_json FROM changes WHERE container_key = ? AND seq > ? ORDER BY seq LIMIT ?",

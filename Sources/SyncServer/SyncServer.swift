@@ -161,20 +161,25 @@ public struct SyncServer: Sendable {
     func issueToken(_ request: Request, _ context: ServerContext) async throws -> Response {
         let body = try await decode(TokenRequest.self, request)
         // The same answer for an unknown user and a wrong password: no account enumeration.
-        guard let (account, hash) = try await storage.accounts.passwordHash(account: body.user),
-              Credentials.verifyPassword(body.password, against: hash)
-        else { throw APIError(.invalidCredentials, "unknown user or wrong password") }
+        let found = try await storage.accounts.passwordHash(account: body.user)
+        // An unknown user costs the same scrypt as a wrong password: timing tells nothing either.
+        let verified = Credentials.verifyPassword(body.password, against: found?.1 ?? Credentials.decoyHash)
+        guard let (account, _) = found, verified else { throw APIError(.invalidCredentials, "unknown user or wrong password") }
         let token = Credentials.newToken()
         try await storage.accounts.addToken(hash: Credentials.hashToken(token), for: account, created: WallClock.now())
         return try json(TokenResponse(token: token, account: account.name), status: .created)
     }
 
     func createItem(_ request: Request, _ context: ServerContext) async throws -> Response {
-        let c = try await container(context, create: true)
+        // Read and check the request before the container is created on first use: a refused
+        // request changes nothing, not even that.
         let body = try await decode(CreateItemRequest.self, request)
+        _ = try validName(body.name)
+        _ = try wellFormed(body.parentID)
         if body.kind == .folder && (body.digest != nil || (body.size ?? 0) != 0) {
             throw APIError(.invalidRequest, "a folder has no content: omit digest and size")
         }
+        let c = try await container(context, create: body.parentID == .root)
         let now = WallClock.now()
         let new = NewItem(
             id: try body.id.map(wellFormed) ?? ItemID.random(), parentID: try wellFormed(body.parentID),

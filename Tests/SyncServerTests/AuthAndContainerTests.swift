@@ -39,6 +39,10 @@ import Testing
             _ = try await live.alice.createFolder(app, name: "Documents")
             let list = try await live.alice.send(.GET, APIPath.containers).decode(ContainerList.self)
             #expect(list.containers.map(\.id.rawValue) == ["default", "iCloud.com.example.app"])
+            // A refused first write does not leave a container behind.
+            let refused = try await live.alice.json(.POST, APIPath.items(try ContainerID("never")), CreateItemRequest(parentID: .root, name: "a/b", kind: .folder))
+            #expect(refused.status == 400)
+            #expect(try await live.alice.send(.GET, APIPath.container(try ContainerID("never"))).errorCode == .containerNotFound)
             let bad = try await live.alice.send(.PUT, "/v1/containers/bad%20name")
             #expect(bad.status == 400 && bad.errorCode == .invalidContainerID)
         }

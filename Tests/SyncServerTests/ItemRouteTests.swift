@@ -94,6 +94,7 @@ import Testing
                 ("malformed digest", try await a.send(.PUT, "/v1/blobs/xyz", body: Data("x")), 400, .invalidDigest),
                 ("unknown route", try await a.send(.GET, "/v1/nothing/here"), 404, .routeNotFound),
                 ("bad cursor", try await a.send(.GET, APIPath.changes(c) + "?since=banana"), 400, .invalidCursor),
+                ("cursor from the future", try await a.send(.GET, APIPath.changes(c) + "?since=999999999"), 400, .invalidCursor),
                 ("move into itself", try await a.json(.PATCH, APIPath.item(c, f.id), UpdateItemRequest(baseRevision: f.revision, parentID: f.id)), 400, .invalidMove),
                 ("move below itself", try await a.json(.PATCH, APIPath.item(c, f.id), UpdateItemRequest(baseRevision: f.revision, parentID: sub.id)), 400, .invalidMove),
                 ("rename root", try await a.json(.PATCH, APIPath.item(c, .root), UpdateItemRequest(baseRevision: Revision("1"), name: "r")), 400, .rootIsImmutable),
