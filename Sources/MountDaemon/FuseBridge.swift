@@ -134,6 +134,18 @@ struct FuseBridge: FileSystemHandler {
     }
 
     func read(ino: UInt64, handle: UInt64, offset: Int64, size: Int, context: RequestContext, reply: consuming ReadReply) {
+        // Content already here: answer on this thread (splice from the cache file), no Task.
+        do {
+            switch try fs.readIfLocal(handle, offset: offset, size: size) {
+            case .bytes(let b)?: return reply.data(b)
+            case .file(let fd, let off, let count)?:
+                _ = reply.file(descriptor: fd, offset: off, count: count)
+                return
+            case nil: break
+            }
+        } catch {
+            return reply.error(error.errno)
+        }
         var pending: ReadReply? = consume reply
         let fs = self.fs
         Task {

@@ -23,16 +23,25 @@ extension SyncEngine {
     /// or the server cannot be reached.
     func drainOutbox() async {
         var skipped: Set<Int64> = []
+        var batch: [OutboxEntry] = []
         while !Task.isCancelled {
-            let due: OutboxEntry?
-            do {
-                let now = Self.now()
-                due = try store.read { r in try r.outbox(limit: 1000) }.first { $0.notBefore <= now && !skipped.contains($0.seq) }
-            } catch {
-                logger.error("cannot read the outbox", metadata: ["error": "\(error)"])
-                return
+            if batch.isEmpty {
+                // A batch per read: a queue of thousands is read once per hundred entries,
+                // not once per entry.
+                do {
+                    let now = Self.now()
+                    batch = try store.read { r in try r.outbox(limit: 100 + skipped.count) }
+                        .filter { $0.notBefore <= now && !skipped.contains($0.seq) }
+                } catch {
+                    logger.error("cannot read the outbox", metadata: ["error": "\(error)"])
+                    return
+                }
+                if batch.isEmpty { return }
             }
-            guard let entry = due else { return }
+            let listed = batch.removeFirst()
+            // Read again: sent or dropped meanwhile (an earlier entry's handling may do either),
+            // or updated (a deletion's base revision).
+            guard let entry = try? store.read({ try $0.outboxEntry(listed.seq) }) else { continue }
             var outcome = await run(entry)
             var rounds = 0
             while case .again = outcome, rounds < 10 {

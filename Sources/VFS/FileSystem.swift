@@ -571,6 +571,8 @@ public final class FileSystem: Sendable {
     // MARK: Extended attributes
 
     public func getXattr(_ ino: Int64, name: String) throws(FSError) -> [UInt8] {
+        // `ls -l` asks for ACLs (system.*) on every file: answer without touching the database.
+        guard name.hasPrefix("user.") else { throw .noAttribute }
         let item = try item(ino)
         if name.hasPrefix(ItemStatus.prefix) {
             if name == "user.ubiq.identityToken" {
@@ -584,12 +586,25 @@ public final class FileSystem: Sendable {
         return Array(value)
     }
 
+    /// Names only, from the item's row alone: listing must stay one query (tools list the
+    /// attributes of every file they copy or show).
     public func listXattrs(_ ino: Int64) throws(FSError) -> [String] {
         let item = try item(ino)
-        var names = status(of: item).attributes.map(\.0)
+        var names = ItemStatus.names(downloadingError: item.downloadError != nil, uploadingError: item.uploadError != nil, revision: item.revision != nil)
         if ino == LocalItem.rootIno { names.append("user.ubiq.identityToken") }
         names += item.xattrs.keys.sorted()
         return names
+    }
+
+    /// A read that can be answered at once from the cache file (the content is here), or nil
+    /// when it must wait for a download (then the caller uses `read`).
+    public func readIfLocal(_ handle: UInt64, offset: Int64, size: Int) throws(FSError) -> ReadResult? {
+        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        let item = try item(h.ino)
+        guard item.content == .current || item.content == .dirty || (item.content == .stale && engine.downloads.progress(h.ino) == nil) else { return nil }
+        let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
+        guard offset < fileSize else { return .bytes([]) }
+        return .file(fd: h.fd, offset: offset, count: Int(min(Int64(size), fileSize - offset)))
     }
 
     public func status(of item: LocalItem) -> ItemStatus {

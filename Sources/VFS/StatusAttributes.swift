@@ -49,6 +49,17 @@ public struct ItemStatus: Sendable, Equatable {
         revision = item.revision?.rawValue
     }
 
+    /// The names `attributes` has, in the same order, knowing only which optional ones are present.
+    public static func names(downloadingError: Bool, uploadingError: Bool, revision: Bool) -> [String] {
+        var out = ["user.ubiq.downloadingStatus", "user.ubiq.isDownloading", "user.ubiq.percentDownloaded", "user.ubiq.isUploaded",
+                   "user.ubiq.isUploading", "user.ubiq.percentUploaded", "user.ubiq.hasUnresolvedConflicts"]
+        if downloadingError { out.append("user.ubiq.downloadingError") }
+        if uploadingError { out.append("user.ubiq.uploadingError") }
+        out += ["user.ubiq.pinned", "user.ubiq.itemID"]
+        if revision { out.append("user.ubiq.revision") }
+        return out
+    }
+
     /// Name and value of every attribute that is present, in SPEC's order.
     public var attributes: [(String, String)] {
         var out: [(String, String)] = [
