@@ -242,6 +242,7 @@ struct ChangeFeedService: Service {
                 _ = info
                 let stored = try engine.store.read { try $0.meta("cursor") }.map(ChangeCursor.init(_:)) ?? .start
                 let cursor = try await engine.catchUp(from: stored)
+                engine.setConnected(true, error: nil)
                 let stream = engine.remote.changeStream(since: cursor)
                 let engine = self.engine
                 let connected = try await cancelWhenGracefulShutdown { () async throws -> Bool in

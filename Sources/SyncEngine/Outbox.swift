@@ -21,6 +21,10 @@ extension SyncEngine {
 
     /// One pass over the outbox: every entry that is due, in order. Returns when nothing is due
     /// or the server cannot be reached.
+    ///
+    /// Uploads of different files whose folders are already on the server are independent:
+    /// a run of them at the head of the queue goes up `parallelUploads` at a time, since each
+    /// one spends most of its time waiting on round trips. Everything else goes one by one.
     func drainOutbox() async {
         var skipped: Set<Int64> = []
         var batch: [OutboxEntry] = []
@@ -38,34 +42,74 @@ extension SyncEngine {
                 }
                 if batch.isEmpty { return }
             }
-            let listed = batch.removeFirst()
-            // Read again: sent or dropped meanwhile (an earlier entry's handling may do either),
-            // or updated (a deletion's base revision).
-            guard let entry = try? store.read({ try $0.outboxEntry(listed.seq) }) else { continue }
-            var outcome = await run(entry)
-            var rounds = 0
-            while case .again = outcome, rounds < 10 {
-                rounds += 1
-                outcome = await run(entry)
+            var group: [OutboxEntry] = []
+            var inos: Set<Int64> = []
+            while let next = batch.first, group.count < Self.parallelUploads, next.op == .content,
+                  !inos.contains(next.ino), (try? independentUpload(next)) == true {
+                group.append(batch.removeFirst())
+                inos.insert(next.ino)
             }
-            switch outcome {
-            case .done, .again:
-                if case .again = outcome { skipped.insert(entry.seq) }
-                continue
-            case .later(let why, let delay, let offline):
-                let until = Self.now() + Int64(delay.components.seconds) * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000
-                try? store.write { w in
-                    try w.deferOp(entry.seq, error: why, until: until)
-                    if !offline, var item = try w.reader.item(entry.ino) {
-                        item.uploadError = why
-                        try w.update(item)
+            if group.isEmpty { group = [batch.removeFirst()] }
+            let results = await withTaskGroup(of: (Int64, Outcome?).self) { tasks in
+                for listed in group {
+                    tasks.addTask {
+                        // Read again: sent or dropped meanwhile (an earlier entry's handling may
+                        // do either), or updated (a deletion's base revision).
+                        guard let entry = try? self.store.read({ try $0.outboxEntry(listed.seq) }) else { return (listed.seq, nil) }
+                        return (entry.seq, await self.runToCompletion(entry))
                     }
                 }
-                skipped.insert(entry.seq)
-                if offline {
-                    setConnected(false, error: why)
-                    return
+                return await tasks.reduce(into: [(Int64, Outcome?)]()) { $0.append($1) }
+            }
+            var offline = false
+            for (seq, outcome) in results {
+                guard let outcome else { continue }
+                switch outcome {
+                case .done: break
+                case .again: skipped.insert(seq)
+                case .later(let why, let delay, let isOffline):
+                    deferEntry(seq, ino: group.first { $0.seq == seq }?.ino, why: why, delay: delay, offline: isOffline)
+                    skipped.insert(seq)
+                    if isOffline {
+                        offline = true
+                        setConnected(false, error: why)
+                    }
                 }
+            }
+            if offline { return }
+        }
+    }
+
+    /// Six uploads at a time: enough to hide round trips on a fast link, few enough not to
+    /// starve the mount's other work on a small machine.
+    static let parallelUploads = 6
+
+    /// An upload that depends on no other queued change: its file's folder is on the server.
+    func independentUpload(_ entry: OutboxEntry) throws -> Bool {
+        try store.read { r in
+            guard let item = try r.item(entry.ino), let parent = item.parent else { return false }
+            if parent == LocalItem.rootIno { return true }
+            return try r.item(parent)?.revision != nil
+        }
+    }
+
+    func runToCompletion(_ entry: OutboxEntry) async -> Outcome {
+        var outcome = await run(entry)
+        var rounds = 0
+        while case .again = outcome, rounds < 10 {
+            rounds += 1
+            outcome = await run(entry)
+        }
+        return outcome
+    }
+
+    func deferEntry(_ seq: Int64, ino: Int64?, why: String, delay: Duration, offline: Bool) {
+        let until = Self.now() + Int64(delay.components.seconds) * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000
+        try? store.write { w in
+            try w.deferOp(seq, error: why, until: until)
+            if !offline, let ino, var item = try w.reader.item(ino) {
+                item.uploadError = why
+                try w.update(item)
             }
         }
     }
