@@ -59,6 +59,15 @@ public final class Downloads: Sendable {
         state.withLock { s in s.active[ino].map { ($0.ranges.total, $0.size) } }
     }
 
+    /// True when `range` of a running download's file has landed in its cache file (readers
+    /// behind the download front are answered without waiting).
+    public func hasLanded(_ ino: Int64, _ range: Range<Int64>) -> Bool {
+        state.withLock { s in
+            guard let a = s.active[ino] else { return false }
+            return a.ranges.contains(range.clamped(to: 0..<a.size))
+        }
+    }
+
     /// The digest a running download fetches.
     public func activeDigest(_ ino: Int64) -> ContentDigest? {
         state.withLock { $0.active[ino]?.digest }

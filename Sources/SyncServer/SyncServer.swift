@@ -254,9 +254,9 @@ public struct SyncServer: Sendable {
         let length = span.upperBound - span.lowerBound + 1
         let body = ResponseBody(contentLength: Int(length)) { writer in
             defer { reader.close() }
-            // 256 KiB chunks: large enough that per-chunk overhead vanishes, small enough to
-            // keep many concurrent downloads cheap in memory.
-            let chunk = 256 * 1024
+            // A small first chunk gets the first bytes to the client quickly (a placeholder's
+            // open waits for them); then 1 MiB chunks, where per-chunk overhead vanishes.
+            var chunk = 64 * 1024
             var offset = span.lowerBound
             let allocator = ByteBufferAllocator()
             while offset <= span.upperBound {
@@ -268,6 +268,7 @@ public struct SyncServer: Sendable {
                 if got == 0 { throw APIError(.internalError, "content ended early") }
                 offset += Int64(got)
                 try await writer.write(buffer)
+                chunk = 1 << 20
             }
             try await writer.finish(nil)
         }

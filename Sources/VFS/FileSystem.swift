@@ -601,10 +601,15 @@ public final class FileSystem: Sendable {
     public func readIfLocal(_ handle: UInt64, offset: Int64, size: Int) throws(FSError) -> ReadResult? {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
         let item = try item(h.ino)
-        guard item.content == .current || item.content == .dirty || (item.content == .stale && engine.downloads.progress(h.ino) == nil) else { return nil }
         let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
         guard offset < fileSize else { return .bytes([]) }
-        return .file(fd: h.fd, offset: offset, count: Int(min(Int64(size), fileSize - offset)))
+        let count = Int(min(Int64(size), fileSize - offset))
+        let local = item.content == .current || item.content == .dirty || (item.content == .stale && engine.downloads.progress(h.ino) == nil)
+        // Behind the front of a running download of the current version: the bytes are here.
+        let landed = !local && engine.downloads.activeDigest(h.ino) == item.serverDigest
+            && engine.downloads.hasLanded(h.ino, offset..<(offset + Int64(count)))
+        guard local || landed else { return nil }
+        return .file(fd: h.fd, offset: offset, count: count)
     }
 
     public func status(of item: LocalItem) -> ItemStatus {
