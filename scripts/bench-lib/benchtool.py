@@ -280,7 +280,11 @@ def cmd_ubiq_create(a):
     m = load_manifest(a.manifest)
     api = Api(m["server"], m["token"])
     data = b"created elsewhere\n"
-    api.create("root", a.name, "file", api.put_blob(data), len(data))
+    blob = api.put_blob(data)
+    api.create("root", a.name, "file", blob, len(data))
+    # The moment the server acknowledged the commit: the change interval starts here (the
+    # blob upload and this tool's start-up are not part of it).
+    print(f"{time.time():.6f}")
 
 
 def cmd_ubiq_content_url(a):
