@@ -84,6 +84,8 @@ extension SyncEngine {
     /// starve the mount's other work on a small machine.
     static let parallelUploads = 6
 
+    static let dedupThreshold: Int64 = 1 << 20
+
     /// An upload that depends on no other queued change: its file's folder is on the server.
     func independentUpload(_ entry: OutboxEntry) throws -> Bool {
         try store.read { r in
@@ -203,7 +205,10 @@ extension SyncEngine {
         defer { unlink(path) }
         let (digest, size) = try Self.hashFile(path)
         state.withLock { $0.uploadProgress[item.ino] = (0, size) }
-        if try await !remote.hasBlob(digest) {
+        // Asking first saves sending content the server has; below 1 MiB sending it costs about
+        // what the question does, so small files skip the round trip.
+        let needed = size < Self.dedupThreshold ? true : try await !remote.hasBlob(digest)
+        if needed {
             do {
                 try await remote.uploadBlob(digest, size: size, fromFile: path)
             } catch let RemoteError.refused(code, _, _) where code == .digestMismatch {

@@ -83,8 +83,8 @@ struct OfflineTests {
             }
             #expect(try await h.read(ino) == v2)
             #expect(try h.pending(ino) == [.content])
-            let attempts = h.remote.calls(.hasBlob) + h.remote.calls(.updateContent)
-            try await eventually("the outbox to try and fail") { h.remote.calls(.hasBlob) + h.remote.calls(.updateContent) > attempts }
+            let attempts = h.remote.calls(.hasBlob) + h.remote.calls(.uploadBlob) + h.remote.calls(.updateContent)
+            try await eventually("the outbox to try and fail") { h.remote.calls(.hasBlob) + h.remote.calls(.uploadBlob) + h.remote.calls(.updateContent) > attempts }
             try await eventually("the engine to notice it is offline") { !h.engine.isConnected }
             #expect(try h.pending(ino) == [.content], "the upload stays queued")
             #expect(h.remote.content(of: id) == v1)
