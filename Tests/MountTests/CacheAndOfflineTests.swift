@@ -66,7 +66,20 @@ import Testing
             try await writer.waitUntilUploaded()
             // A second device with a 2.5 MB cache limit.
             let b = try await TestDevice.mount("B", server: server, user: "alice", password: "alice-pw", extraArguments: ["--cache-size", "2500000"])
-            defer { Task { await b.unmount(); b.remove() } }
+            do {
+                try await checkCacheLimit(b)
+            } catch {
+                await b.unmount()
+                b.remove()
+                throw error
+            }
+            await b.unmount()
+            b.remove()
+        }
+    }
+
+    func checkCacheLimit(_ b: TestDevice) async throws {
+        do {
             try await eventually("B lists everything") { (try await b.sh(#"test -f "$M/f6.bin" && test -f "$M/pinned.bin""#)).status == 0 }
             _ = try await b.ubiq(["pin", b.mountpoint + "/pinned.bin"])
             try await eventually("the pinned file to download") { try await b.xattr("pinned.bin", "user.ubiq.downloadingStatus") == "current" }
@@ -77,7 +90,6 @@ import Testing
             #expect(try await b.xattr("pinned.bin", "user.ubiq.downloadingStatus") == "current", "pinned content is never evicted")
             #expect(try await b.xattr("f6.bin", "user.ubiq.downloadingStatus") == "current", "the most recently read file stays")
             #expect(try await b.xattr("f1.bin", "user.ubiq.downloadingStatus") == "notDownloaded", "the least recently read file went first")
-            await b.unmount()
         }
     }
 
