@@ -4,6 +4,15 @@ import Foundation
 /// round trip through the server must not change them (`cp -p`, `touch -d`, `make`).
 public typealias Timestamp = Int64
 
+/// The wall clock (CLOCK_REALTIME), in the unit file times and the protocol use.
+public enum WallClock {
+    @Sendable public static func now() -> Timestamp {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+    }
+}
+
 /// Everything the server knows about one item, except its content. The same value travels on
 /// the wire, sits in the server's metadata store and in the mount's local state.
 public struct ItemMetadata: Hashable, Sendable, Codable {

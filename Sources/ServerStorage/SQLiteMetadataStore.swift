@@ -503,12 +503,3 @@ public enum AccountName {
         guard ok else { throw .invalidAccountName(name) }
     }
 }
-
-/// The wall clock, in the unit the protocol uses.
-public enum WallClock {
-    @Sendable public static func now() -> Timestamp {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
-    }
-}

@@ -137,9 +137,5 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    static func now() -> Timestamp {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
-    }
+    static func now() -> Timestamp { WallClock.now() }
 }

@@ -519,11 +519,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         ContentDigest(bytes: SHA256.hash(data: bytes))
     }
 
-    static func now() -> Timestamp {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
-    }
+    static func now() -> Timestamp { WallClock.now() }
 }
 
 // MARK: The server's rules (SQLiteMetadataStore and SyncServer, one container)

@@ -722,9 +722,5 @@ public final class FileSystem: Sendable {
         }
     }
 
-    static func now() -> Timestamp {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
-    }
+    static func now() -> Timestamp { WallClock.now() }
 }
