@@ -273,7 +273,9 @@ struct FuseKitTests {
 
         // A mount whose daemon is gone: mount with a /dev/fuse descriptor, then close it.
         // Closing the last descriptor aborts the connection, exactly as a kill -9 would.
-        let fd = open("/dev/fuse", O_RDWR)
+        // O_CLOEXEC: other tests start processes at the same time, and a child that inherited
+        // the descriptor would keep the connection alive.
+        let fd = open("/dev/fuse", O_RDWR | O_CLOEXEC)
         try #require(fd >= 0)
         let options = "fd=\(fd),rootmode=40000,user_id=\(getuid()),group_id=\(getgid())"
         let mounted = mount("fusekit-dead", directory, "fuse.fusekittest", UInt(MS_NOSUID | MS_NODEV), options)
