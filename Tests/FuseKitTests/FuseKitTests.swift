@@ -267,6 +267,9 @@ struct FuseKitTests {
 
     @Test(.enabled(if: geteuid() == 0, "builds a dead mount with mount(2), which needs root"))
     func clearDeadMount() async throws {
+        // The once-per-run sweep of dead mounts must be over before this test makes its own
+        // dead mount, or the sweep (started by a test running in parallel) clears it.
+        _ = staleMountsCleared
         let directory = try makeTemporaryDirectory("fusekit-dead")
         defer { rmdir(directory) }
         #expect(try MountRecovery.clearDeadMount(at: directory) == .notMounted)
