@@ -35,7 +35,7 @@ struct FuseBridge: FileSystemHandler {
     static func nanoseconds(_ change: TimeChange?) -> Timestamp? {
         switch change {
         case nil: nil
-        case .now: FileTime.now().seconds * 1_000_000_000 + Int64(FileTime.now().nanoseconds)
+        case .now: WallClock.now()
         case .set(let t): t.seconds * 1_000_000_000 + Int64(t.nanoseconds)
         }
     }
