@@ -74,8 +74,9 @@ public struct XattrSetFlags: OptionSet, Sendable, Hashable {
 
 /// What FuseKit does with extended attributes in the `security.` namespace.
 public enum SecurityXattrPolicy: Sendable, Hashable {
-    /// Answer on the FUSE thread without calling the handler: getxattr and removexattr ENODATA,
-    /// setxattr EOPNOTSUPP. The kernel asks for `security.capability` before every `write()`,
+    /// Answer on the FUSE thread without calling the handler: getxattr and removexattr ENODATA
+    /// (getxattr of `security.selinux` EOPNOTSUPP: no labels here, which `ls -l` remembers for
+    /// the whole device), setxattr EOPNOTSUPP. The kernel asks for `security.capability` before every `write()`,
     /// so this keeps that question off every lock and database.
     case unsupported
     /// Pass `security.*` to the handler like any other name.

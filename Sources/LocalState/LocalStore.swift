@@ -111,23 +111,31 @@ public final class LocalStore: Sendable {
 public struct LocalReader {
     let db: Database
 
+    /// Items from a `SELECT *` over `items`. A cached statement and a cursor: each row is decoded
+    /// in place, never copied (listing a folder is one of these).
+    func items(_ sql: String, _ arguments: StatementArguments = []) throws -> [LocalItem] {
+        let statement = try db.cachedStatement(sql: sql)
+        let rows = try Row.fetchCursor(statement, arguments: arguments)
+        var out: [LocalItem] = []
+        while let row = try rows.next() { out.append(try LocalItem(row: row)) }
+        return out
+    }
+
     public func item(_ ino: Int64) throws -> LocalItem? {
-        try Row.fetchOne(db, sql: "SELECT * FROM items WHERE ino = ?", arguments: [ino]).map(LocalItem.init(row:))
+        try items("SELECT * FROM items WHERE ino = ?", [ino]).first
     }
 
     public func item(id: ItemID) throws -> LocalItem? {
-        try Row.fetchOne(db, sql: "SELECT * FROM items WHERE item_id = ?", arguments: [id.rawValue]).map(LocalItem.init(row:))
+        try items("SELECT * FROM items WHERE item_id = ?", [id.rawValue]).first
     }
 
     public func child(of parent: Int64, named name: String) throws -> LocalItem? {
-        try Row.fetchOne(db, sql: "SELECT * FROM items WHERE parent = ? AND name = ?", arguments: [parent, name])
-            .map(LocalItem.init(row:))
+        try items("SELECT * FROM items WHERE parent = ? AND name = ?", [parent, name]).first
     }
 
     /// One query per folder: listings never cost a round trip per entry.
     public func children(of parent: Int64) throws -> [LocalItem] {
-        try Row.fetchAll(db, sql: "SELECT * FROM items WHERE parent = ? ORDER BY name", arguments: [parent])
-            .map(LocalItem.init(row:))
+        try items("SELECT * FROM items WHERE parent = ? ORDER BY name", [parent])
     }
 
     public func childCount(of parent: Int64) throws -> Int {
@@ -157,11 +165,11 @@ public struct LocalReader {
     }
 
     public func descendants(of ino: Int64) throws -> [LocalItem] {
-        try Row.fetchAll(db, sql: """
+        try items("""
             WITH RECURSIVE sub(ino) AS (SELECT ino FROM items WHERE parent = ? UNION ALL
                 SELECT i.ino FROM items i JOIN sub ON i.parent = sub.ino)
             SELECT items.* FROM items JOIN sub ON items.ino = sub.ino
-            """, arguments: [ino]).map(LocalItem.init(row:))
+            """, [ino])
     }
 
     public func pendingOps(for ino: Int64) throws -> Int {
@@ -195,20 +203,19 @@ public struct LocalReader {
 
     /// Clean, unpinned files with content, least recently used first: what the cache limit may evict.
     public func evictionCandidates(limit: Int) throws -> [LocalItem] {
-        try Row.fetchAll(db, sql: """
+        try items("""
             SELECT * FROM items WHERE kind = 'file' AND pinned = 0 AND content IN ('current', 'stale', 'partial')
             AND cached_bytes > 0 AND ino NOT IN (SELECT ino FROM outbox) ORDER BY last_access LIMIT ?
-            """, arguments: [limit]).map(LocalItem.init(row:))
+            """, [limit])
     }
 
     /// Files with local changes and nothing queued: written but not closed when the daemon died.
     public func dirtyWithoutOps() throws -> [LocalItem] {
-        try Row.fetchAll(db, sql: "SELECT * FROM items WHERE content = 'dirty' AND ino NOT IN (SELECT ino FROM outbox)").map(LocalItem.init(row:))
+        try items("SELECT * FROM items WHERE content = 'dirty' AND ino NOT IN (SELECT ino FROM outbox)")
     }
 
     public func pinnedNeedingContent() throws -> [LocalItem] {
-        try Row.fetchAll(db, sql: "SELECT * FROM items WHERE kind = 'file' AND pinned = 1 AND content IN ('placeholder', 'partial', 'stale')")
-            .map(LocalItem.init(row:))
+        try items("SELECT * FROM items WHERE kind = 'file' AND pinned = 1 AND content IN ('placeholder', 'partial', 'stale')")
     }
 
     public func itemCount() throws -> Int {
@@ -314,19 +321,24 @@ public struct LocalWriter {
 }
 
 extension LocalItem {
+    /// Decodes a row of `SELECT *` (or `items.*`) by position: columns in table order, which
+    /// migrations only ever append to. Position, not name: GRDB's lookup by name lowercases
+    /// every name and was most of the cost of listing a folder.
     init(row: Row) throws {
-        let xattrs = (try? JSONDecoder().decode([String: Data].self, from: row["xattrs"] as Data)) ?? [:]
-        let revision: String? = row["revision"]
-        let digest: String? = row["server_digest"]
-        let mode: Int64 = row["mode"], uid: Int64 = row["uid"], gid: Int64 = row["gid"]
+        let xattrBlob: Data = row[12]
+        // Most items have no attributes: skip the decoder for the empty object.
+        let xattrs = xattrBlob.count <= 2 ? [:] : (try? JSONDecoder().decode([String: Data].self, from: xattrBlob)) ?? [:]
+        let revision: String? = row[13]
+        let digest: String? = row[14]
+        let mode: Int64 = row[6], uid: Int64 = row[7], gid: Int64 = row[8]
         self.init(
-            ino: row["ino"], itemID: ItemID(row["item_id"] as String), parent: row["parent"], name: row["name"],
-            kind: ItemKind(rawValue: row["kind"]) ?? .file, size: row["size"], mode: UInt32(truncatingIfNeeded: mode),
-            uid: UInt32(truncatingIfNeeded: uid), gid: UInt32(truncatingIfNeeded: gid), created: row["created"],
-            modified: row["modified"], changed: row["changed"], xattrs: xattrs, revision: revision.map(Revision.init(_:)),
-            serverDigest: try digest.map { try ContentDigest(hex: $0) }, content: ContentState(rawValue: row["content"]) ?? .placeholder,
-            cachedBytes: row["cached_bytes"], pinned: (row["pinned"] as Int64) != 0, lastAccess: row["last_access"],
-            downloadError: row["download_error"], uploadError: row["upload_error"])
+            ino: row[0], itemID: ItemID(row[1] as String), parent: row[2], name: row[3],
+            kind: ItemKind(rawValue: row[4]) ?? .file, size: row[5], mode: UInt32(truncatingIfNeeded: mode),
+            uid: UInt32(truncatingIfNeeded: uid), gid: UInt32(truncatingIfNeeded: gid), created: row[9],
+            modified: row[10], changed: row[11], xattrs: xattrs, revision: revision.map(Revision.init(_:)),
+            serverDigest: try digest.map { try ContentDigest(hex: $0) }, content: ContentState(rawValue: row[15]) ?? .placeholder,
+            cachedBytes: row[16], pinned: (row[17] as Int64) != 0, lastAccess: row[18],
+            downloadError: row[19], uploadError: row[20])
     }
 
     var columnValues: StatementArguments {

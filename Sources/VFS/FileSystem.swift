@@ -571,7 +571,10 @@ public final class FileSystem: Sendable {
     // MARK: Extended attributes
 
     public func getXattr(_ ino: Int64, name: String) throws(FSError) -> [UInt8] {
-        // `ls -l` asks for ACLs (system.*) on every file: answer without touching the database.
+        // `ls -l` asks for ACLs (system.posix_acl_*) on every file. EOPNOTSUPP says "no ACLs on
+        // this file system", which ls remembers for the whole device; ENODATA would make it ask
+        // again for every file, each a round trip. Answered without touching the database.
+        if name.hasPrefix("system.") { throw .notSupported }
         guard name.hasPrefix("user.") else { throw .noAttribute }
         let item = try item(ino)
         if name.hasPrefix(ItemStatus.prefix) {

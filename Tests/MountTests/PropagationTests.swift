@@ -87,6 +87,15 @@ import Testing
             #expect(soft.status != 0, "symbolic links are refused")
             let bad = try await a.sh(#"touch "$M/$(printf 'x%.0s' {1..256})""#)
             #expect(bad.status != 0 && bad.stderr.contains("File name too long"), "\(bad.stderr)")
+            // No ACLs and no security labels: answered so that `ls -l` stops asking per file.
+            let acl = try await a.sh(#"getfattr -n system.posix_acl_access "$M/f""#)
+            #expect(acl.status != 0 && acl.stderr.contains("Operation not supported"), "\(acl.stderr)")
+            let label = try await a.sh(#"getfattr -n security.selinux "$M/f""#)
+            #expect(label.status != 0 && label.stderr.contains("Operation not supported"), "\(label.stderr)")
+            let caps = try await a.sh(#"getfattr -n security.capability "$M/f""#)
+            #expect(caps.status != 0 && caps.stderr.contains("No such attribute"), "\(caps.stderr)")
+            let listing = try await a.must(#"strace -f -e trace=getxattr,lgetxattr ls -l "$M" 2>&1 >/dev/null | grep -c xattr || true"#)
+            #expect(Int(listing.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 99 <= 2, "ls -l asked per file: \(listing)")
             let df = try await a.must(#"df -P "$M" | tail -1"#)
             #expect(df.hasPrefix("ubiq"), "\(df)")
             var seen = ""

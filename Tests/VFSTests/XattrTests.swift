@@ -40,6 +40,8 @@ struct XattrTests {
             #expect(errnoOf { try h.fs.getXattr(ino, name: "user.ubiq.identityToken") } == ENODATA)
             #expect(errnoOf { try h.fs.getXattr(ino, name: "user.ubiq.downloadingError") } == ENODATA)
             #expect(errnoOf { try h.fs.getXattr(ino, name: "user.ubiq.noSuchThing") } == ENODATA)
+            #expect(errnoOf { try h.fs.getXattr(ino, name: "system.posix_acl_access") } == EOPNOTSUPP)
+            #expect(errnoOf { try h.fs.getXattr(ino, name: "trusted.x") } == ENODATA)
 
             let rootNames = try h.fs.listXattrs(rootIno)
             #expect(rootNames == Self.statusNames + ["user.ubiq.identityToken"])
