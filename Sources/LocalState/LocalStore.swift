@@ -248,6 +248,11 @@ public struct LocalWriter {
         return item
     }
 
+    /// Moves an item's last access forward (never back).
+    public func noteAccess(_ ino: Int64, at time: Timestamp) throws {
+        try db.execute(sql: "UPDATE items SET last_access = MAX(last_access, ?) WHERE ino = ?", arguments: [time, ino])
+    }
+
     public func update(_ item: LocalItem) throws {
         try db.execute(sql: """
             UPDATE items SET item_id = ?, parent = ?, name = ?, kind = ?, size = ?, mode = ?, uid = ?, gid = ?, created = ?,

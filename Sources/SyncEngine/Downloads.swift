@@ -8,9 +8,9 @@ import Synchronization
 
 /// Downloads content into cache files, and lets readers wait for just the bytes they need.
 ///
-/// One sequential stream per file fills the sparse cache file from the start and hashes as it
-/// goes; a reader far ahead of it gets its own ranged fetch, so a seek does not wait for the
-/// whole prefix. Concurrent readers of one file share its download.
+/// One sequential stream per file fills the sparse cache file from the start, and the file is
+/// checked against its digest once complete; a reader far ahead of the stream gets its own
+/// ranged fetch, so a seek does not wait for the whole prefix. Concurrent readers of one file share its download.
 ///
 /// Guarded by `state` (one Mutex); continuations are resumed after the lock is released.
 public final class Downloads: Sendable {
@@ -26,12 +26,17 @@ public final class Downloads: Sendable {
         var waiters: [Waiter] = []
         var priorityFetches: [Range<Int64>] = []
         var task: Task<Void, Never>?
+        /// Identifies this download among later ones of the same file.
+        let generation: UInt64
+        /// Every writer into the cache file, cancelled (waited for) when the download ends.
+        var sinks: [CacheFileSink] = []
     }
 
     struct Table {
         var active: [Int64: Active] = [:]
         /// Downloads of each item that ended (successfully or not).
         var finished: [Int64: Int] = [:]
+        var nextGeneration: UInt64 = 0
     }
 
     let state = Mutex(Table())
@@ -68,6 +73,27 @@ public final class Downloads: Sendable {
         }
     }
 
+    /// The size of the file when a running download of `digest` has landed the bytes of
+    /// `count` from `offset` (clamped to the file), or nil: readers behind the download front
+    /// are answered without waiting and without the database.
+    public func landedSize(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int) -> Int64? {
+        state.withLock { s in
+            guard let a = s.active[ino], a.digest == digest else { return nil }
+            let range = offset..<(offset + Int64(count))
+            return a.ranges.contains(range.clamped(to: 0..<a.size)) ? a.size : nil
+        }
+    }
+
+    /// Waits for the bytes of `count` from `offset` when a download of `digest` runs; false
+    /// (at once) when none does. Throws when that download fails or is cancelled.
+    public func waitIfRunning(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int) async throws -> Bool {
+        guard let running = state.withLock({ $0.active[ino] }), running.digest == digest else { return false }
+        let end = min(running.size, offset + Int64(count))
+        guard offset < end else { return true }
+        try await wait(for: offset..<end, ofRunning: ino)
+        return true
+    }
+
     /// The digest a running download fetches.
     public func activeDigest(_ ino: Int64) -> ContentDigest? {
         state.withLock { $0.active[ino]?.digest }
@@ -93,40 +119,45 @@ public final class Downloads: Sendable {
               let digest = fresh.serverDigest
         else { return }
         let size = fresh.size
-        let shouldStart = state.withLock { s -> Bool in
-            if s.active[ino] != nil || s.finished[ino, default: 0] != seen { return false }
-            s.active[ino] = Active(digest: digest, size: size)
-            return true
+        let generation = state.withLock { s -> UInt64? in
+            if s.active[ino] != nil || s.finished[ino, default: 0] != seen { return nil }
+            s.nextGeneration += 1
+            s.active[ino] = Active(digest: digest, size: size, generation: s.nextGeneration)
+            return s.nextGeneration
         }
-        guard shouldStart else { return }
+        guard let generation else { return }
         do {
             try cache.prepareSparse(ino, size: size)
         } catch {
-            finish(ino, digest: digest, error: error)
+            finish(ino, digest: digest, generation: generation, error: error)
             return
         }
-        let task = Task { await self.runSequential(ino: ino, digest: digest, size: size) }
+        let task = Task { await self.runSequential(ino: ino, digest: digest, size: size, generation: generation) }
         state.withLock { $0.active[ino]?.task = task }
     }
 
     /// Returns once `range` of the file is in the cache file (or throws why it never will be).
     public func wait(for range: Range<Int64>, of item: LocalItem) async throws {
-        let ino = item.ino
         start(item)
+        try await wait(for: range, ofRunning: item.ino)
+    }
+
+    /// Returns once `range` has landed; at once when no download of the file runs.
+    func wait(for range: Range<Int64>, ofRunning ino: Int64) async throws {
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, Error>) in
-            let (ready, priority) = state.withLock { s -> (Bool, (ContentDigest, Range<Int64>)?) in
+            let (ready, priority) = state.withLock { s -> (Bool, (ContentDigest, Range<Int64>, UInt64)?) in
                 guard var active = s.active[ino] else { return (true, nil) }
                 let clamped = range.clamped(to: 0..<active.size)
                 if active.ranges.contains(clamped) { return (true, nil) }
                 active.waiters.append(Waiter(range: clamped, continuation: c))
-                var priority: (ContentDigest, Range<Int64>)?
+                var priority: (ContentDigest, Range<Int64>, UInt64)?
                 let streamed = active.ranges.ranges.first.map { $0.lowerBound == 0 ? $0.upperBound : 0 } ?? 0
                 if clamped.lowerBound > streamed + Self.priorityDistance,
                    !active.priorityFetches.contains(where: { $0.contains(clamped.lowerBound) }) {
                     let start = clamped.lowerBound & ~((1 << 20) - 1)
                     let fetch = start..<min(active.size, start + Self.priorityLength)
                     active.priorityFetches.append(fetch)
-                    priority = (active.digest, fetch)
+                    priority = (active.digest, fetch, active.generation)
                 }
                 s.active[ino] = active
                 return (false, priority)
@@ -134,8 +165,8 @@ public final class Downloads: Sendable {
             if ready {
                 // Not downloading: either finished (the caller re-checks the item) or never started.
                 c.resume()
-            } else if let (digest, fetch) = priority {
-                Task { await self.runPriority(ino: ino, digest: digest, range: fetch) }
+            } else if let (digest, fetch, generation) = priority {
+                Task { await self.runPriority(ino: ino, digest: digest, range: fetch, generation: generation) }
             }
         }
     }
@@ -147,60 +178,72 @@ public final class Downloads: Sendable {
             return a
         }
         active?.task?.cancel()
+        for sink in active?.sinks ?? [] { sink.cancel() }
         for w in active?.waiters ?? [] { w.continuation.resume(throwing: EngineError.cancelled) }
     }
 
-    func runSequential(ino: Int64, digest: ContentDigest, size: Int64) async {
-        var hasher = SHA256()
-        var offset: Int64 = 0
+    func runSequential(ino: Int64, digest: ContentDigest, size: Int64, generation: UInt64) async {
         do {
             let fd = try cache.open(ino)
             defer { close(fd) }
-            for try await chunk in remote.download(digest, range: 0..<size) {
-                try Task.checkCancellation()
-                try Self.write(chunk, fd: fd, at: offset)
-                hasher.update(data: chunk)
-                let range = offset..<(offset + Int64(chunk.count))
-                offset += Int64(chunk.count)
-                landed(ino, range)
-            }
-            guard offset == size else { throw EngineError.io("the download ended early", EIO) }
-            guard ContentDigest(bytes: hasher.finalize()) == digest else { throw EngineError.digestMismatch }
-            finish(ino, digest: digest, error: nil)
+            let sink = CacheFileSink(fd: fd, at: 0) { [self] range in landed(ino, range) }
+            try register(sink, ino: ino, generation: generation)
+            try await remote.download(digest, range: 0..<size, receive: sink.receive)
+            guard sink.finish() == size else { throw EngineError.io("the download ended early", EIO) }
+            // Checked once everything landed, from the page cache, on a thread of its own: the
+            // hash costs as much CPU as the rest of the transfer, and hashing on the connection's
+            // thread halved the rate at which readers get their bytes. The file becomes
+            // `current` only after this check, as before.
+            guard try await Self.digest(ofFile: fd, size: size) == digest else { throw EngineError.digestMismatch }
+            finish(ino, digest: digest, generation: generation, error: nil)
         } catch {
-            finish(ino, digest: digest, error: error)
+            finish(ino, digest: digest, generation: generation, error: error)
         }
     }
 
-    func runPriority(ino: Int64, digest: ContentDigest, range: Range<Int64>) async {
+    func runPriority(ino: Int64, digest: ContentDigest, range: Range<Int64>, generation: UInt64) async {
         do {
             let fd = try cache.open(ino)
             defer { close(fd) }
-            var offset = range.lowerBound
-            for try await chunk in remote.download(digest, range: range) {
-                try Self.write(chunk, fd: fd, at: offset)
-                let landedRange = offset..<(offset + Int64(chunk.count))
-                offset += Int64(chunk.count)
-                landed(ino, landedRange)
-            }
+            let sink = CacheFileSink(fd: fd, at: range.lowerBound) { [self] landedRange in landed(ino, landedRange) }
+            try register(sink, ino: ino, generation: generation)
+            try await remote.download(digest, range: range, receive: sink.receive)
         } catch {
             // The sequential stream still covers this range; its outcome decides.
             logger.debug("priority fetch failed", metadata: ["item.ino": "\(ino)", "error": "\(error)"])
         }
     }
 
-    static func write(_ chunk: [UInt8], fd: Int32, at offset: Int64) throws {
-        var done = 0
-        try chunk.withUnsafeBytes { buf in
-            while done < buf.count {
-                let n = pwrite(fd, buf.baseAddress! + done, buf.count - done, off_t(offset + Int64(done)))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw EngineError.io("cannot write the cache file", errno)
+    /// SHA-256 of the first `size` bytes of `fd`, computed on a dispatch thread so that no
+    /// thread of the cooperative pool is held for the second a large file takes.
+    static func digest(ofFile fd: Int32, size: Int64) async throws -> ContentDigest {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global(qos: .utility).async {
+                var hasher = SHA256()
+                var buffer = [UInt8](repeating: 0, count: 1 << 20)
+                var offset: Int64 = 0
+                while offset < size {
+                    let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, Int(min(Int64($0.count), size - offset)), off_t(offset)) }
+                    if n < 0 && errno == EINTR { continue }
+                    guard n > 0 else {
+                        return continuation.resume(throwing: EngineError.io("cannot read back a download", n < 0 ? errno : EIO))
+                    }
+                    buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<n])) }
+                    offset += Int64(n)
                 }
-                done += n
+                continuation.resume(returning: ContentDigest(bytes: hasher.finalize()))
             }
         }
+    }
+
+    /// Attaches a writer to its download, or throws `cancelled` when that download has ended.
+    func register(_ sink: CacheFileSink, ino: Int64, generation: UInt64) throws {
+        let attached = state.withLock { s -> Bool in
+            guard s.active[ino]?.generation == generation else { return false }
+            s.active[ino]!.sinks.append(sink)
+            return true
+        }
+        guard attached else { throw EngineError.cancelled }
     }
 
     func landed(_ ino: Int64, _ range: Range<Int64>) {
@@ -215,7 +258,10 @@ public final class Downloads: Sendable {
         for w in ready { w.continuation.resume() }
     }
 
-    func finish(_ ino: Int64, digest: ContentDigest, error: Error?) {
+    func finish(_ ino: Int64, digest: ContentDigest, generation: UInt64, error: Error?) {
+        // A cancelled download's outcome is nobody's business: a later download of the file
+        // may be running under the same inode number.
+        guard state.withLock({ $0.active[ino]?.generation == generation }) else { return }
         // Record the outcome before waking readers, so that they see the final state.
         let message = error.map { ($0 as? EngineError)?.description ?? ($0 as? RemoteError).map(describe) ?? "\($0)" }
         let size = state.withLock { $0.active[ino]?.size } ?? 0
@@ -239,9 +285,11 @@ public final class Downloads: Sendable {
         // On failure the sparse file stays (as a placeholder's): an open reader's descriptor
         // keeps pointing at the file a retry will fill.
         let active = state.withLock { s -> Active? in
+            guard s.active[ino]?.generation == generation else { return nil }
             s.finished[ino, default: 0] += 1
             return s.active.removeValue(forKey: ino)
         }
+        for sink in active?.sinks ?? [] { sink.cancel() }
         let failure: Error? = error.map { e in
             if let r = e as? RemoteError { return EngineError.offline(describe(r)) }
             return e
@@ -267,5 +315,63 @@ extension Array {
         var a: [Element] = [], b: [Element] = []
         for e in self { if isFirst(e) { a.append(e) } else { b.append(e) } }
         return (a, b)
+    }
+}
+
+/// Writes a download's bytes into its cache file as the transport delivers them (on its
+/// thread), and reports each range that landed.
+///
+/// `cancel` waits for a write in progress and stops every later one. That matters because the
+/// next download of the file truncates the same cache file in place (open readers keep their
+/// descriptor): a late write of the old version must never land in the new one.
+///
+/// Unchecked Sendable: every stored var is read and written under `lock`.
+final class CacheFileSink: @unchecked Sendable {
+    let fd: Int32
+    let lock = NSLock()
+    var offset: Int64
+    var cancelled = false
+    let landed: @Sendable (Range<Int64>) -> Void
+
+    init(fd: Int32, at offset: Int64, landed: @escaping @Sendable (Range<Int64>) -> Void) {
+        self.fd = fd
+        self.offset = offset
+        self.landed = landed
+    }
+
+    /// Called in order, one part after another, by the transport.
+    @Sendable func receive(_ bytes: UnsafeRawBufferPointer) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !cancelled else { throw EngineError.cancelled }
+        try Self.write(bytes, fd: fd, at: offset)
+        let range = offset..<(offset + Int64(bytes.count))
+        offset = range.upperBound
+        landed(range)
+    }
+
+    func cancel() {
+        lock.lock()
+        cancelled = true
+        lock.unlock()
+    }
+
+    /// The offset after the last byte written.
+    func finish() -> Int64 {
+        lock.lock()
+        defer { lock.unlock() }
+        return offset
+    }
+
+    static func write(_ bytes: UnsafeRawBufferPointer, fd: Int32, at offset: Int64) throws {
+        var done = 0
+        while done < bytes.count {
+            let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + Int64(done)))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw EngineError.io("cannot write the cache file", errno)
+            }
+            done += n
+        }
     }
 }

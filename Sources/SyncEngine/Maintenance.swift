@@ -127,6 +127,7 @@ extension SyncEngine {
 
     func runMaintenance() async {
         cache.ensureReserve()
+        saveAccessTimes()
         // Pinned items: download what is missing, a few at a time.
         if let pinned = try? store.read({ try $0.pinnedNeedingContent() }) {
             for item in pinned.prefix(4) where downloads.progress(item.ino) == nil { downloads.start(item) }
@@ -160,5 +161,6 @@ struct MaintenanceService: Service {
                 await engine.runMaintenance()
             }
         }
+        engine.saveAccessTimes()
     }
 }

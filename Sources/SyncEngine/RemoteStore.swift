@@ -18,9 +18,14 @@ public protocol RemoteStore: Sendable {
 
     func item(_ id: ItemID) async throws -> ItemMetadata
 
-    /// Streams `range` of the content with `digest` (by digest, so a later upload cannot splice
-    /// another version into a resumed download). Chunks arrive in order.
-    func download(_ digest: ContentDigest, range: Range<Int64>) -> AsyncThrowingStream<[UInt8], Error>
+    /// Fetches `range` of the content with `digest` (by digest, so a later upload cannot splice
+    /// another version into a resumed download) and hands its bytes to `receive`, in order, as
+    /// they arrive, on whatever thread the transport delivers them: `receive` must be quick (a
+    /// write into the page cache) and must not keep the buffer. Returns once the range has been
+    /// delivered; throws `RemoteError`, or what `receive` threw.
+    func download(
+        _ digest: ContentDigest, range: Range<Int64>, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void
+    ) async throws
 
     /// Whether the server already has this content for the account (then the upload is skipped).
     func hasBlob(_ digest: ContentDigest) async throws -> Bool

@@ -44,6 +44,10 @@ public final class SyncEngine: Sendable {
     }
 
     let state = Mutex(State())
+    /// Last opens, kept in memory and written in one transaction by the maintenance pass: an
+    /// open must not wait for a durable commit, and an access time lost in a crash only
+    /// changes which clean file the cache limit evicts first.
+    let accessTimes = Mutex<[Int64: Timestamp]>([:])
     let outboxSignal: AsyncStream<Void>.Continuation
     let outboxSignals: AsyncStream<Void>
     let maintenanceSignal: AsyncStream<Void>.Continuation
@@ -90,6 +94,26 @@ public final class SyncEngine: Sendable {
             }
         }
         maintenanceSignal.yield()
+    }
+
+    public func didAccess(_ ino: Int64) {
+        let now = Self.now()
+        accessTimes.withLock { $0[ino] = now }
+    }
+
+    /// An access not yet written to the database, for the attributes (atime).
+    public func unsavedAccess(_ ino: Int64) -> Timestamp? { accessTimes.withLock { $0[ino] } }
+
+    func saveAccessTimes() {
+        let pending = accessTimes.withLock { $0 }
+        guard !pending.isEmpty else { return }
+        do {
+            try store.write { w in for (ino, time) in pending { try w.noteAccess(ino, at: time) } }
+            // Drop only what was written: a newer access stays for the next pass.
+            accessTimes.withLock { a in for (ino, time) in pending where a[ino] == time { a[ino] = nil } }
+        } catch {
+            logger.error("cannot record access times", metadata: ["error": "\(error)"])
+        }
     }
 
     public func isOpen(_ ino: Int64) -> Bool { state.withLock { $0.openCount[ino] != nil } }

@@ -56,6 +56,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         var lostAnswers: [Operation: Int] = [:]
         var gates: [Operation: CallGate] = [:]
         var downloadHold: (after: Int64, gate: CallGate)?
+        var corruptDownloads = false
         var calls: [Operation: Int] = [:]
         var answered: [Operation: Int] = [:]
         var blobBytesServed: Int64 = 0
@@ -125,6 +126,13 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         let gate = CallGate()
         state.withLock { $0.gates[operation] = gate }
         return gate
+    }
+
+    /// true: every download delivers its bytes with the first one of each chunk flipped, as a
+    /// broken transport or disk would; the digest check must catch it.
+    public var corruptDownloads: Bool {
+        get { state.withLock { $0.corruptDownloads } }
+        set { state.withLock { $0.corruptDownloads = newValue } }
     }
 
     /// Every later download stops after delivering the bytes before offset `afterBytes`, until the gate opens.
@@ -336,55 +344,53 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         }
     }
 
-    public func download(_ digest: ContentDigest, range: Range<Int64>) -> AsyncThrowingStream<[UInt8], Error> {
-        AsyncThrowingStream { continuation in
-            let task = Task {
-                do {
-                    try await self.enter(.download)
-                    defer { self.answer(.download) }
-                    let (bytes, hold) = try self.state.withLock { s -> ([UInt8], (after: Int64, gate: CallGate)?) in
-                        guard let bytes = digest == .empty ? [] : s.blobs[digest] else {
-                            throw RemoteError.refused(code: .blobNotFound, message: "no content with digest \(digest)", current: nil)
-                        }
-                        return (bytes, s.downloadHold)
-                    }
-                    let size = Int64(bytes.count)
-                    // As the server's Range handling: an empty range is the whole content, a
-                    // start at or past the end is 416, an end past the end is clamped.
-                    var span = 0..<size
-                    if !range.isEmpty {
-                        guard range.lowerBound < size else {
-                            throw RemoteError.refused(code: .rangeNotSatisfiable, message: "the content is \(size) bytes long", current: nil)
-                        }
-                        span = range.lowerBound..<min(range.upperBound, size)
-                    }
-                    var offset = span.lowerBound
-                    var held = false
-                    while offset < span.upperBound {
-                        try Task.checkCancellation()
-                        var end = min(span.upperBound, offset + Int64(self.chunkSize))
-                        if let hold, !held {
-                            if offset >= hold.after {
-                                await hold.gate.pass()
-                                held = true
-                            } else if end > hold.after {
-                                end = hold.after
-                            }
-                        }
-                        guard self.isOnline else { throw RemoteError.unreachable("the connection to the in-memory server dropped") }
-                        let chunk = Array(bytes[Int(offset)..<Int(end)])
-                        self.state.withLock { $0.blobBytesServed += Int64(chunk.count) }
-                        continuation.yield(chunk)
-                        offset = end
-                    }
-                    continuation.finish()
-                } catch is CancellationError {
-                    continuation.finish(throwing: RemoteError.unreachable("cancelled"))
-                } catch {
-                    continuation.finish(throwing: error)
+    public func download(
+        _ digest: ContentDigest, range: Range<Int64>, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void
+    ) async throws {
+        do {
+            try await enter(.download)
+            defer { self.answer(.download) }
+            let (bytes, hold) = try self.state.withLock { s -> ([UInt8], (after: Int64, gate: CallGate)?) in
+                guard let bytes = digest == .empty ? [] : s.blobs[digest] else {
+                    throw RemoteError.refused(code: .blobNotFound, message: "no content with digest \(digest)", current: nil)
                 }
+                return (bytes, s.downloadHold)
             }
-            continuation.onTermination = { _ in task.cancel() }
+            let size = Int64(bytes.count)
+            // As the server's Range handling: an empty range is the whole content, a
+            // start at or past the end is 416, an end past the end is clamped.
+            var span = 0..<size
+            if !range.isEmpty {
+                guard range.lowerBound < size else {
+                    throw RemoteError.refused(code: .rangeNotSatisfiable, message: "the content is \(size) bytes long", current: nil)
+                }
+                span = range.lowerBound..<min(range.upperBound, size)
+            }
+            var offset = span.lowerBound
+            var held = false
+            while offset < span.upperBound {
+                try Task.checkCancellation()
+                var end = min(span.upperBound, offset + Int64(self.chunkSize))
+                if let hold, !held {
+                    if offset >= hold.after {
+                        await hold.gate.pass()
+                        held = true
+                    } else if end > hold.after {
+                        end = hold.after
+                    }
+                }
+                guard self.isOnline else { throw RemoteError.unreachable("the connection to the in-memory server dropped") }
+                var chunk = bytes[Int(offset)..<Int(end)]
+                let corrupt = self.state.withLock { s in
+                    s.blobBytesServed += Int64(chunk.count)
+                    return s.corruptDownloads
+                }
+                if corrupt { chunk[chunk.startIndex] ^= 0xFF }
+                try chunk.withUnsafeBytes { try receive($0) }
+                offset = end
+            }
+        } catch is CancellationError {
+            throw RemoteError.unreachable("cancelled")
         }
     }
 

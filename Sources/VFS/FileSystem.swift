@@ -32,6 +32,11 @@ public final class FileSystem: Sendable {
         /// A write failed (disk full): this version is never uploaded.
         var writeError: Int32?
         let excluded: Bool
+        /// The server version this handle reads while it downloads (nil: local from the start).
+        var digest: ContentDigest? = nil
+        /// A read found the whole content in the cache file. It stays there while the file is
+        /// open (eviction waits for the last close), so later reads skip the database.
+        var knownLocal = false
     }
 
     /// The size and time of a file being written, ahead of the database until the last close.
@@ -68,6 +73,8 @@ public final class FileSystem: Sendable {
 
     func attributes(of item: LocalItem) -> NodeAttributes {
         let l = live.withLock { $0[item.ino] }
+        var item = item
+        if let accessed = engine.unsavedAccess(item.ino) { item.lastAccess = max(item.lastAccess, accessed) }
         return NodeAttributes(item, liveSize: l?.size, liveModified: l?.modified)
     }
 
@@ -199,7 +206,9 @@ public final class FileSystem: Sendable {
         let fd: Int32
         do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
         let excluded = (try? store.read { try $0.isExcluded(ino) }) ?? false
-        let handle = register(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded))
+        let local = item.content == .current || item.content == .dirty
+        let handle = register(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded,
+                                     digest: local ? nil : item.serverDigest, knownLocal: local))
         engine.didOpen(ino, forWriting: writable)
         if truncate {
             do { try setSize(ino, 0, fd: fd) } catch {
@@ -208,11 +217,7 @@ public final class FileSystem: Sendable {
             }
             markWritten(handle)
         }
-        try? store.write { w in
-            guard var now = try w.reader.item(ino) else { return }
-            now.lastAccess = Self.now()
-            try w.update(now)
-        }
+        engine.didAccess(ino)
         return Opened(handle: handle, keepCache: wasLocal && !truncate, attributes: attributes(of: try self.item(ino)))
     }
 
@@ -223,7 +228,15 @@ public final class FileSystem: Sendable {
     }
 
     public func read(_ handle: UInt64, offset: Int64, size: Int) async throws(FSError) -> ReadResult {
+        if let ready = try readIfLocal(handle, offset: offset, size: size) { return ready }
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        // Ahead of the running download of this handle's version: wait for just this range,
+        // without the database (a sequential reader waits here on every request).
+        // A failed or cancelled wait falls through to the full path, which knows why.
+        if let digest = h.digest, (try? await engine.downloads.waitIfRunning(h.ino, digest: digest, from: offset, count: size)) == true,
+           let ready = try readIfLocal(handle, offset: offset, size: size) {
+            return ready
+        }
         let item = try item(h.ino)
         let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
         guard offset < fileSize else { return .bytes([]) }
@@ -603,6 +616,16 @@ public final class FileSystem: Sendable {
     /// when it must wait for a download (then the caller uses `read`).
     public func readIfLocal(_ handle: UInt64, offset: Int64, size: Int) throws(FSError) -> ReadResult? {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        // The common cases touch no database: content known to be here (the cache file's own
+        // size is the content's), or bytes behind the front of this version's download.
+        if h.knownLocal && engine.downloads.progress(h.ino) == nil {
+            var st = stat()
+            guard fstat(h.fd, &st) == 0 else { throw .io }
+            return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: Int64(st.st_size))
+        }
+        if let digest = h.digest, let fileSize = engine.downloads.landedSize(h.ino, digest: digest, from: offset, count: size) {
+            return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: fileSize)
+        }
         let item = try item(h.ino)
         let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
         guard offset < fileSize else { return .bytes([]) }
@@ -612,7 +635,13 @@ public final class FileSystem: Sendable {
         let landed = !local && engine.downloads.activeDigest(h.ino) == item.serverDigest
             && engine.downloads.hasLanded(h.ino, offset..<(offset + Int64(count)))
         guard local || landed else { return nil }
+        if local && item.content != .stale { handles.withLock { $0.open[handle]?.knownLocal = true } }
         return .file(fd: h.fd, offset: offset, count: count)
+    }
+
+    static func slice(fd: Int32, offset: Int64, size: Int, fileSize: Int64) -> ReadResult {
+        guard offset < fileSize else { return .bytes([]) }
+        return .file(fd: fd, offset: offset, count: Int(min(Int64(size), fileSize - offset)))
     }
 
     public func status(of item: LocalItem) -> ItemStatus {

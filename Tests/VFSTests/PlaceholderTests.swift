@@ -57,6 +57,28 @@ struct PlaceholderTests {
         }
     }
 
+    @Test("a download whose bytes do not match the digest never becomes current; a good retry does")
+    func corruptDownloadIsRefused() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = pattern(300_000, seed: 4)
+        try await h.running {
+            _ = try h.remote.otherDevice.createFile("checked.bin", content: content)
+            try await eventually("checked.bin to appear") { try h.ino("/checked.bin") != nil }
+            let ino = try h.requireIno("/checked.bin")
+            h.remote.corruptDownloads = true
+            // The bytes reach the reader before the check (as they stream), but the file is
+            // never marked current and the reason is in downloadingError.
+            _ = try? await h.read(ino)
+            try await eventually("the mismatch to be reported") { try h.xattr(ino, "user.ubiq.downloadingError") != nil }
+            #expect(try h.downloadingStatus(ino) != "current")
+            h.remote.corruptDownloads = false
+            #expect(sha(try await h.read(ino)) == sha(content))
+            try await eventually("the status to become current") { try h.downloadingStatus(ino) == "current" }
+            #expect(try h.xattr(ino, "user.ubiq.downloadingError") == nil)
+        }
+    }
+
     @Test("a read returns once its own bytes are here, while the rest still downloads")
     func readsStream() async throws {
         let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
