@@ -5,15 +5,23 @@ import ItemModel
 /// The mount's database: every item's metadata (so listings work offline and at once after a
 /// restart), the outbox of changes for the server, the change-log cursor.
 ///
-/// One `DatabasePool` (WAL): reads run concurrently with the single writer. `synchronous = FULL`
-/// because a committed outbox row is a promise to the user ("your closed file will reach the
-/// server"), and a power loss must not take it back.
+/// One `DatabasePool` (WAL): reads run concurrently with the single writer.
+///
+/// `synchronous = NORMAL`: a commit is in the WAL file when it returns, so it survives a crash
+/// or `kill -9` of the daemon (the promise "your closed file will reach the server"); only a
+/// power loss or kernel crash can take back the last commits, exactly as it can take back the
+/// unsynced content of the cache files they describe. A commit per created or closed file
+/// costs ~20 µs this way against 0.2–3 ms with an fsync each, which decided how fast `cp -r`
+/// of small files runs. An application's `fsync(2)` asks for more: `makeDurable` gives it.
 public final class LocalStore: Sendable {
     let pool: any DatabaseWriter
+    /// The database file; nil in memory.
+    let path: String?
 
     public init(path: String) throws {
+        self.path = path
         var config = Configuration()
-        config.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        config.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
         config.busyMode = .timeout(5)
         pool = try DatabasePool(path: path, configuration: config)
         try Self.migrator.migrate(pool)
@@ -21,6 +29,7 @@ public final class LocalStore: Sendable {
 
     /// An in-memory database, for unit tests of the layers above.
     public init(inMemory: Void = ()) throws {
+        path = nil
         pool = try DatabaseQueue()
         try Self.migrator.migrate(pool)
     }
@@ -87,7 +96,31 @@ public final class LocalStore: Sendable {
             // an older state of them still on its way must not bring them back.
             try db.execute(sql: "CREATE TABLE tombstones (item_id TEXT PRIMARY KEY NOT NULL, revision TEXT NOT NULL)")
         }
+        m.registerMigration("v3: indexes for per-change questions") { db in
+            // Asked after every close (pins to download) and for every incoming change (a
+            // deletion on its way): without these, each was a scan of every item or every
+            // queued change. Partial indexes: only the few rows that answer yes are in them.
+            try db.execute(sql: """
+                CREATE INDEX items_pinned_needing_content ON items(ino)
+                    WHERE kind = 'file' AND pinned = 1 AND content IN ('placeholder', 'partial', 'stale');
+                CREATE INDEX outbox_deletes_by_item ON outbox(item_id) WHERE op = 'delete';
+                """)
+        }
         return m
+    }
+
+    /// Makes every commit so far survive a power loss. Every commit is in the WAL file (or,
+    /// after a checkpoint, in the database file): fsync both. A checkpoint would not do: it
+    /// skips its sync when a reader keeps it from copying any frame.
+    public func makeDurable() throws {
+        guard let path else { return }
+        for file in [path + "-wal", path] {
+            let fd = open(file, O_RDONLY | O_CLOEXEC)
+            if fd < 0 && errno == ENOENT { continue }
+            guard fd >= 0 else { throw CocoaError(.fileReadUnknown) }
+            defer { close(fd) }
+            guard fsync(fd) == 0 else { throw CocoaError(.fileWriteUnknown) }
+        }
     }
 
     public func read<T>(_ body: (LocalReader) throws -> T) throws -> T {
@@ -139,7 +172,7 @@ public struct LocalReader {
     }
 
     public func childCount(of parent: Int64) throws -> Int {
-        try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items WHERE parent = ?", arguments: [parent]) ?? 0
+        try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM items WHERE parent = ?"), arguments: [parent]) ?? 0
     }
 
     /// The item's path from the root, `/Documents/a.txt`.
@@ -173,32 +206,32 @@ public struct LocalReader {
     }
 
     public func pendingOps(for ino: Int64) throws -> Int {
-        try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox WHERE ino = ?", arguments: [ino]) ?? 0
+        try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox WHERE ino = ?"), arguments: [ino]) ?? 0
     }
 
     public func outbox(limit: Int = 100) throws -> [OutboxEntry] {
-        try Row.fetchAll(db, sql: "SELECT * FROM outbox ORDER BY seq LIMIT ?", arguments: [limit]).map(OutboxEntry.init(row:))
+        try Row.fetchAll(try db.cachedStatement(sql: "SELECT * FROM outbox ORDER BY seq LIMIT ?"), arguments: [limit]).map(OutboxEntry.init(row:))
     }
 
     /// True while a local deletion of the server item `id` waits in the outbox.
     public func hasPendingDelete(of id: ItemID) throws -> Bool {
-        (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox WHERE op = 'delete' AND item_id = ?", arguments: [id.rawValue]) ?? 0) > 0
+        (try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox WHERE op = 'delete' AND item_id = ?"), arguments: [id.rawValue]) ?? 0) > 0
     }
 
     public func tombstone(of id: ItemID) throws -> Revision? {
-        try String.fetchOne(db, sql: "SELECT revision FROM tombstones WHERE item_id = ?", arguments: [id.rawValue]).map(Revision.init(_:))
+        try String.fetchOne(try db.cachedStatement(sql: "SELECT revision FROM tombstones WHERE item_id = ?"), arguments: [id.rawValue]).map(Revision.init(_:))
     }
 
     public func outboxCount() throws -> Int {
-        try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox") ?? 0
+        try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox")) ?? 0
     }
 
     public func outboxEntry(_ seq: Int64) throws -> OutboxEntry? {
-        try Row.fetchOne(db, sql: "SELECT * FROM outbox WHERE seq = ?", arguments: [seq]).map(OutboxEntry.init(row:))
+        try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM outbox WHERE seq = ?"), arguments: [seq]).map(OutboxEntry.init(row:))
     }
 
     public func cachedBytesTotal() throws -> Int64 {
-        try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(cached_bytes), 0) FROM items") ?? 0
+        try Int64.fetchOne(try db.cachedStatement(sql: "SELECT COALESCE(SUM(cached_bytes), 0) FROM items")) ?? 0
     }
 
     /// Clean, unpinned files with content, least recently used first: what the cache limit may evict.
@@ -219,15 +252,15 @@ public struct LocalReader {
     }
 
     public func itemCount() throws -> Int {
-        try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items") ?? 0
+        try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM items")) ?? 0
     }
 
     public func orphans(of parent: ItemID) throws -> [Data] {
-        try Data.fetchAll(db, sql: "SELECT json FROM orphans WHERE parent_id = ?", arguments: [parent.rawValue])
+        try Data.fetchAll(try db.cachedStatement(sql: "SELECT json FROM orphans WHERE parent_id = ?"), arguments: [parent.rawValue])
     }
 
     public func meta(_ key: String) throws -> String? {
-        try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key])
+        try String.fetchOne(try db.cachedStatement(sql: "SELECT value FROM meta WHERE key = ?"), arguments: [key])
     }
 }
 
@@ -239,30 +272,30 @@ public struct LocalWriter {
     @discardableResult
     public func insert(_ item: LocalItem) throws -> LocalItem {
         var item = item
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO items (item_id, parent, name, kind, size, mode, uid, gid, created, modified, changed, xattrs,
                 revision, server_digest, content, cached_bytes, pinned, last_access, download_error, upload_error)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, arguments: item.columnValues)
+            """).execute( arguments: item.columnValues)
         item.ino = db.lastInsertedRowID
         return item
     }
 
     /// Moves an item's last access forward (never back).
     public func noteAccess(_ ino: Int64, at time: Timestamp) throws {
-        try db.execute(sql: "UPDATE items SET last_access = MAX(last_access, ?) WHERE ino = ?", arguments: [time, ino])
+        try db.cachedStatement(sql: "UPDATE items SET last_access = MAX(last_access, ?) WHERE ino = ?").execute( arguments: [time, ino])
     }
 
     public func update(_ item: LocalItem) throws {
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             UPDATE items SET item_id = ?, parent = ?, name = ?, kind = ?, size = ?, mode = ?, uid = ?, gid = ?, created = ?,
                 modified = ?, changed = ?, xattrs = ?, revision = ?, server_digest = ?, content = ?, cached_bytes = ?,
                 pinned = ?, last_access = ?, download_error = ?, upload_error = ? WHERE ino = ?
-            """, arguments: item.columnValues + [item.ino])
+            """).execute( arguments: item.columnValues + [item.ino])
     }
 
     public func delete(_ ino: Int64) throws {
-        try db.execute(sql: "DELETE FROM items WHERE ino = ?", arguments: [ino])
+        try db.cachedStatement(sql: "DELETE FROM items WHERE ino = ?").execute( arguments: [ino])
     }
 
     /// Queues an op unless the same op for the same item is already waiting (ops use the
@@ -270,58 +303,56 @@ public struct LocalWriter {
     public func enqueue(_ op: OutboxOp, ino: Int64, itemID: ItemID? = nil, revision: Revision? = nil) throws {
         if op != .delete {
             let waiting = try Int.fetchOne(
-                db, sql: "SELECT COUNT(*) FROM outbox WHERE ino = ? AND op = ? AND attempts = 0", arguments: [ino, op.rawValue]) ?? 0
+                try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox WHERE ino = ? AND op = ? AND attempts = 0"), arguments: [ino, op.rawValue]) ?? 0
             if waiting > 0 { return }
         }
-        try db.execute(
-            sql: "INSERT INTO outbox (ino, op, item_id, revision) VALUES (?, ?, ?, ?)",
+        try db.cachedStatement(sql: "INSERT INTO outbox (ino, op, item_id, revision) VALUES (?, ?, ?, ?)").execute(
             arguments: [ino, op.rawValue, itemID?.rawValue, revision?.rawValue])
     }
 
     public func dequeue(_ seq: Int64) throws {
-        try db.execute(sql: "DELETE FROM outbox WHERE seq = ?", arguments: [seq])
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq = ?").execute( arguments: [seq])
     }
 
     public func dropOps(for ino: Int64) throws {
-        try db.execute(sql: "DELETE FROM outbox WHERE ino = ?", arguments: [ino])
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ?").execute( arguments: [ino])
     }
 
     /// Marks an op as being sent: from now on a new change of the same kind gets its own op
     /// instead of being folded into this one (which carries the state read before the change).
     public func markStarted(_ seq: Int64) throws {
-        try db.execute(sql: "UPDATE outbox SET attempts = attempts + 1 WHERE seq = ?", arguments: [seq])
+        try db.cachedStatement(sql: "UPDATE outbox SET attempts = attempts + 1 WHERE seq = ?").execute( arguments: [seq])
     }
 
     public func deferOp(_ seq: Int64, error: String, until: Timestamp) throws {
-        try db.execute(
-            sql: "UPDATE outbox SET last_error = ?, not_before = ? WHERE seq = ?",
+        try db.cachedStatement(sql: "UPDATE outbox SET last_error = ?, not_before = ? WHERE seq = ?").execute(
             arguments: [error, until, seq])
     }
 
     /// A queued deletion of `id` must carry the revision our own in-flight change just made.
     public func updatePendingDelete(of id: ItemID, revision: Revision) throws {
-        try db.execute(sql: "UPDATE outbox SET revision = ? WHERE op = 'delete' AND item_id = ?", arguments: [revision.rawValue, id.rawValue])
+        try db.cachedStatement(sql: "UPDATE outbox SET revision = ? WHERE op = 'delete' AND item_id = ?").execute( arguments: [revision.rawValue, id.rawValue])
     }
 
     public func addOrphan(_ id: ItemID, parent: ItemID, json: Data) throws {
-        try db.execute(sql: "INSERT OR REPLACE INTO orphans (item_id, parent_id, json) VALUES (?, ?, ?)",
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO orphans (item_id, parent_id, json) VALUES (?, ?, ?)").execute(
                        arguments: [id.rawValue, parent.rawValue, json])
     }
 
     public func removeOrphan(_ id: ItemID) throws {
-        try db.execute(sql: "DELETE FROM orphans WHERE item_id = ?", arguments: [id.rawValue])
+        try db.cachedStatement(sql: "DELETE FROM orphans WHERE item_id = ?").execute( arguments: [id.rawValue])
     }
 
     public func addTombstone(_ id: ItemID, revision: Revision) throws {
-        try db.execute(sql: "INSERT OR REPLACE INTO tombstones (item_id, revision) VALUES (?, ?)", arguments: [id.rawValue, revision.rawValue])
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO tombstones (item_id, revision) VALUES (?, ?)").execute( arguments: [id.rawValue, revision.rawValue])
     }
 
     public func removeTombstone(_ id: ItemID) throws {
-        try db.execute(sql: "DELETE FROM tombstones WHERE item_id = ?", arguments: [id.rawValue])
+        try db.cachedStatement(sql: "DELETE FROM tombstones WHERE item_id = ?").execute( arguments: [id.rawValue])
     }
 
     public func setMeta(_ key: String, _ value: String) throws {
-        try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)").execute( arguments: [key, value])
     }
 }
 

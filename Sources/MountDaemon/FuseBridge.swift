@@ -114,6 +114,17 @@ struct FuseBridge: FileSystemHandler {
     }
 
     func open(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
+        // Content here: answer on this thread. Only an open that must download first goes to a task.
+        do {
+            if let opened = try fs.openIfLocal(Int64(ino), flags: flags) {
+                if !reply.opened(handle: opened.handle, options: opened.keepCache ? [.keepCache] : []) {
+                    fs.release(opened.handle)  // the caller was interrupted: no release will come
+                }
+                return
+            }
+        } catch {
+            return reply.error(error.errno)
+        }
         var pending: OpenReply? = consume reply
         let fs = self.fs
         Task {

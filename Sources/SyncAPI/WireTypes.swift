@@ -7,6 +7,9 @@ public enum SyncProtocol {
     /// Header carrying the declared SHA-256 of an uploaded blob (redundant with the URL; both must agree).
     public static let revisionHeader = "Ubiq-Revision"
     public static let digestHeader = "Ubiq-Digest"
+    /// The largest content a create or content update may carry inline (`content`, base64 in
+    /// the JSON) instead of a separate blob upload: one request per small file, not two.
+    public static let maxInlineContent = 256 << 10
 }
 
 public struct HealthResponse: Codable, Sendable {
@@ -73,12 +76,16 @@ public struct CreateItemRequest: Codable, Sendable {
     public var xattrs: [String: Data]?
     /// Chosen by the client so that a retried create is idempotent; the server makes one otherwise.
     public var id: ItemID?
+    /// Files only: the content itself (at most `SyncProtocol.maxInlineContent` bytes), stored as
+    /// if uploaded to `PUT /v1/blobs/{digest}` first; it must hash to `digest`.
+    public var content: Data?
 
     public init(
         parentID: ItemID, name: String, kind: ItemKind, digest: ContentDigest? = nil, size: Int64? = nil,
         mode: UInt32? = nil, created: Timestamp? = nil, modified: Timestamp? = nil,
-        xattrs: [String: Data]? = nil, id: ItemID? = nil
+        xattrs: [String: Data]? = nil, id: ItemID? = nil, content: Data? = nil
     ) {
+        self.content = content
         self.parentID = parentID
         self.name = name
         self.kind = kind
@@ -98,7 +105,10 @@ public struct UpdateContentRequest: Codable, Sendable {
     public var digest: ContentDigest
     public var size: Int64?
     public var modified: Timestamp?
-    public init(baseRevision: Revision, digest: ContentDigest, size: Int64? = nil, modified: Timestamp? = nil) {
+    /// As in `CreateItemRequest`: the content inline, instead of a blob upload first.
+    public var content: Data?
+    public init(baseRevision: Revision, digest: ContentDigest, size: Int64? = nil, modified: Timestamp? = nil, content: Data? = nil) {
+        self.content = content
         self.baseRevision = baseRevision
         self.digest = digest
         self.size = size

@@ -13,7 +13,24 @@ extension SyncEngine {
     /// Applies one remote change in one transaction with the cursor that follows it, and
     /// returns what the kernel must forget.
     func apply(_ change: ItemChange) throws -> [KernelInvalidation] {
-        try apply([change], cursor: change.cursor)
+        // Most live changes are the echoes of this device's own uploads, already applied from
+        // the answers: skip the write transaction (one per uploaded file). The cursor is then
+        // not saved until the next real change; after a restart the few echoes since come
+        // again, and are skipped again.
+        if try store.read({ try isEcho(change, $0) }) {
+            state.withLock { $0.cursor = change.cursor }
+            return []
+        }
+        return try apply([change], cursor: change.cursor)
+    }
+
+    /// The server's state of an item this device holds at that revision or a newer one.
+    func isEcho(_ change: ItemChange, _ r: LocalReader) throws -> Bool {
+        let remote = change.item
+        guard change.kind == .upsert, !remote.deleted, remote.id != .root,
+              let local = try r.item(id: remote.id), let held = local.revision
+        else { return false }
+        return !remote.revision.isNewer(than: held)
     }
 
     /// Applies a page of changes in one transaction (one fsync for a thousand items on the
@@ -26,8 +43,16 @@ extension SyncEngine {
             try w.setMeta("cursor", cursor.rawValue)
             return (out, events)
         }
+        state.withLock { $0.cursor = cursor }
         for e in events { observer.event(e) }
         return invalidations
+    }
+
+    /// The cursor of the last change applied or skipped (the stored one may be older: skipped
+    /// echoes do not write it).
+    public var appliedCursor: ChangeCursor? {
+        if let c = state.withLock({ $0.cursor }) { return c }
+        return (try? store.read { try $0.meta("cursor") })?.map(ChangeCursor.init(_:)) ?? nil
     }
 
     /// Catches up with pages of the change log, then returns the cursor to stream from.
@@ -49,6 +74,7 @@ extension SyncEngine {
                 if !inval.isEmpty { observer.invalidate(inval) }
             }
             cursor = page.cursor
+            if page.changes.isEmpty { state.withLock { $0.cursor = cursor } }
             if !page.hasMore { return cursor }
         }
     }

@@ -94,6 +94,30 @@ public struct ContentCache: Sendable {
 
     public func exists(_ ino: Int64) -> Bool { access(path(ino), F_OK) == 0 }
 
+    /// The whole content when it is at most `limit` bytes, read in one go; nil when larger.
+    /// Such a copy in memory is a snapshot as good as `snapshot`'s file, without the file.
+    public func readWhole(_ ino: Int64, limit: Int) throws -> [UInt8]? {
+        let fd = Glibc.open(path(ino), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw EngineError.io("cannot read the cache file of \(ino)", errno) }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw EngineError.io("cannot read the cache file of \(ino)", errno) }
+        guard st.st_size <= limit else { return nil }
+        // One byte more than fstat said: a file that grew since is noticed, not cut short.
+        var bytes = [UInt8](repeating: 0, count: Int(st.st_size) + 1)
+        var got = 0
+        while got < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, $0.count - got, off_t(got)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { throw EngineError.io("cannot read the cache file of \(ino)", errno) }
+            if n == 0 { break }
+            got += n
+        }
+        guard got <= st.st_size else { return nil }
+        bytes.removeSubrange(got...)
+        return bytes
+    }
+
     public func size(_ ino: Int64) -> Int64? {
         var st = stat()
         guard stat(path(ino), &st) == 0 else { return nil }

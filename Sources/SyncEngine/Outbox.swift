@@ -200,19 +200,30 @@ extension SyncEngine {
         if item.content != .dirty && item.revision != nil { return .done }
         let generation = state.withLock { $0.writeGenerations[item.ino] ?? 0 }
         // Upload a snapshot, never the live cache file: a writer (truncate, another open) may
-        // change it at any moment, and what goes up must be one whole version.
-        let path = try cache.snapshot(item.ino)
-        defer { unlink(path) }
-        let (digest, size) = try Self.hashFile(path)
-        state.withLock { $0.uploadProgress[item.ino] = (0, size) }
-        // Asking first saves sending content the server has; below 1 MiB sending it costs about
-        // what the question does, so small files skip the round trip.
-        let needed = size < Self.dedupThreshold ? true : try await !remote.hasBlob(digest)
-        if needed {
-            do {
-                try await remote.uploadBlob(digest, size: size, fromFile: path)
-            } catch let RemoteError.refused(code, _, _) where code == .digestMismatch {
-                return .again  // changed while it was being sent: never store a mix
+        // change it at any moment, and what goes up must be one whole version. A small file's
+        // snapshot is a copy in memory, sent inline with its create or update (one request);
+        // a larger one's is a private copy of the file, uploaded as a blob first.
+        let digest: ContentDigest
+        let size: Int64
+        var inline: Data?
+        if let bytes = try cache.readWhole(item.ino, limit: SyncProtocol.maxInlineContent) {
+            digest = ContentDigest(bytes: SHA256.hash(data: bytes))
+            size = Int64(bytes.count)
+            inline = Data(bytes)
+        } else {
+            let path = try cache.snapshot(item.ino)
+            defer { unlink(path) }
+            (digest, size) = try Self.hashFile(path)
+            state.withLock { $0.uploadProgress[item.ino] = (0, size) }
+            // Asking first saves sending content the server has; below 1 MiB sending it costs
+            // about what the question does, so smaller files skip the round trip.
+            let needed = size < Self.dedupThreshold ? true : try await !remote.hasBlob(digest)
+            if needed {
+                do {
+                    try await remote.uploadBlob(digest, size: size, fromFile: path)
+                } catch let RemoteError.refused(code, _, _) where code == .digestMismatch {
+                    return .again  // changed while it was being sent: never store a mix
+                }
             }
         }
         state.withLock { $0.uploadProgress[item.ino] = (size, size) }
@@ -220,11 +231,13 @@ extension SyncEngine {
         var result: ItemMetadata
         do {
             if let base = item.revision {
-                result = try await remote.updateContent(item.itemID, UpdateContentRequest(baseRevision: base, digest: digest, size: size, modified: item.modified))
+                result = try await remote.updateContent(item.itemID, UpdateContentRequest(
+                    baseRevision: base, digest: digest, size: size, modified: item.modified, content: inline))
             } else {
                 result = try await remote.createItem(CreateItemRequest(
                     parentID: parentID, name: item.name, kind: .file, digest: digest, size: size, mode: item.mode,
-                    created: item.created, modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID))
+                    created: item.created, modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID,
+                    content: inline))
             }
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
             let current = current!

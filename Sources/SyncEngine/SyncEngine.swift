@@ -41,6 +41,8 @@ public final class SyncEngine: Sendable {
         var openCount: [Int64: Int] = [:]
         var uploading: Set<Int64> = []
         var uploadProgress: [Int64: (Int64, Int64)] = [:]
+        /// The last change cursor applied or skipped.
+        var cursor: ChangeCursor?
     }
 
     let state = Mutex(State())

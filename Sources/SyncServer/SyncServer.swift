@@ -97,6 +97,7 @@ public struct SyncServer: Sendable {
         router.put("/v1/containers/:container/items/:item/content") { request, context in
             let c = try await container(context)
             let body = try await decode(UpdateContentRequest.self, request)
+            if let content = body.content { try await storeInline(content, declared: body.digest, context) }
             let item = try await storage.metadata.updateContent(
                 try itemID(context), base: body.baseRevision, digest: body.digest, declaredSize: body.size,
                 modified: body.modified, in: c)
@@ -179,6 +180,12 @@ public struct SyncServer: Sendable {
         if body.kind == .folder && (body.digest != nil || (body.size ?? 0) != 0) {
             throw APIError(.invalidRequest, "a folder has no content: omit digest and size")
         }
+        if let content = body.content {
+            guard body.kind == .file, let digest = body.digest else {
+                throw APIError(.invalidRequest, "inline content needs a file and the digest it hashes to")
+            }
+            try await storeInline(content, declared: digest, context)
+        }
         let c = try await container(context, create: body.parentID == .root)
         let now = WallClock.now()
         let new = NewItem(
@@ -219,6 +226,25 @@ public struct SyncServer: Sendable {
         // before the answer: an acknowledged upload survives a crash.
         try await storage.metadata.recordBlob(digest, size: size, for: account)
         return try json(BlobInfo(digest: digest, size: size), status: .created)
+    }
+
+    /// Stores content sent inline with a create or an update, exactly as an upload of it to
+    /// `PUT /v1/blobs/{digest}` would: hashed against the declared digest, durable, then
+    /// given to the account.
+    func storeInline(_ content: Data, declared: ContentDigest, _ context: ServerContext) async throws {
+        let account = try context.requireAccount()
+        guard content.count <= SyncProtocol.maxInlineContent else {
+            throw APIError(.payloadTooLarge, "inline content is at most \(SyncProtocol.maxInlineContent) bytes; upload it as a blob")
+        }
+        let writer = try storage.blobs.makeWriter()
+        defer { writer.abort() }
+        do {
+            try content.withUnsafeBytes { try writer.write($0) }
+        } catch let error as BlobStoreError {
+            throw APIError(error)
+        }
+        let (digest, size) = try writer.commit(expecting: declared)
+        try await storage.metadata.recordBlob(digest, size: size, for: account)
     }
 
     /// Streams a blob, honouring a single `Range` and `If-Range` (by ETag, the digest).

@@ -31,8 +31,8 @@ public func run(
     try process.run()
     if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
     try inp.fileHandleForWriting.close()
-    async let outData = Task.detached { out.fileHandleForReading.readDataToEndOfFile() }.value
-    async let errData = Task.detached { err.fileHandleForReading.readDataToEndOfFile() }.value
+    let outData = PipeCollector(out.fileHandleForReading)
+    let errData = PipeCollector(err.fileHandleForReading)
     let clock = ContinuousClock()
     let deadline = clock.now + timeout
     while process.isRunning {
@@ -42,5 +42,42 @@ public func run(
         }
         try await Task.sleep(for: .milliseconds(5))
     }
-    return (process.terminationStatus, String(decoding: await outData, as: UTF8.self), String(decoding: await errData, as: UTF8.self))
+    let stdout = await outData.collected(grace: .seconds(2))
+    let stderr = await errData.collected(grace: .seconds(2))
+    return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+}
+
+/// Collects what a child writes to a pipe, on a thread of its own.
+///
+/// Never a blocking read in a task: the cooperative pool has one thread per core, and when a
+/// process spawned at the same moment by another test inherited a pipe's write end, the read
+/// never saw its end, two such reads held both threads, and every task of the test run stopped,
+/// deadlines included. So: a dedicated thread reads, and the caller waits for the end of the
+/// output only for a grace period after the child exited.
+final class PipeCollector: @unchecked Sendable {
+    // `data` and `finished` are guarded by `lock`.
+    private let lock = NSLock()
+    private var data = Data()
+    private var finished = false
+
+    init(_ handle: FileHandle) {
+        Thread.detachNewThread { [self] in
+            while true {
+                let chunk = handle.availableData  // blocks; empty at the end of the output
+                if chunk.isEmpty { break }
+                lock.withLock { data.append(chunk) }
+            }
+            lock.withLock { finished = true }
+        }
+    }
+
+    /// Everything once the output ended, or what arrived within `grace` if it does not end
+    /// (a descriptor inherited by another process keeps the pipe open).
+    func collected(grace: Duration) async -> Data {
+        let deadline = ContinuousClock.now + grace
+        while !lock.withLock({ finished }) && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return lock.withLock { data }
+    }
 }

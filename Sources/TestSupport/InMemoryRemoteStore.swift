@@ -400,16 +400,35 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         return hasBlobStored(digest)
     }
 
-    public func uploadBlob(_ digest: ContentDigest, size: Int64, fromFile path: String) async throws {
-        try await enter(.uploadBlob)
-        defer { answer(.uploadBlob) }
-        let fail = state.withLock { s -> Bool in
+    /// Content carried by a create or an update, stored as the server does: it counts as an
+    /// upload for `failUploadsAfter`, and must hash to its declared digest.
+    func storeInline(_ content: Data, declared: ContentDigest?) throws {
+        if consumeUpload() { throw RemoteError.unreachable("injected: the upload connection dropped") }
+        guard content.count <= SyncProtocol.maxInlineContent else {
+            throw RemoteError.refused(code: .payloadTooLarge, message: "inline content is too large", current: nil)
+        }
+        let bytes = [UInt8](content)
+        let actual = ContentDigest(bytes: SHA256.hash(data: bytes))
+        guard let declared, actual == declared else {
+            throw RemoteError.refused(code: .digestMismatch, message: "the inline content hashes to \(actual); nothing was stored", current: nil)
+        }
+        state.withLock { $0.blobs[actual] = bytes }
+    }
+
+    /// Counts one upload against `failUploadsAfter`; true when it must fail.
+    func consumeUpload() -> Bool {
+        state.withLock { s -> Bool in
             guard let left = s.uploadsLeft else { return false }
             if left <= 0 { return true }
             s.uploadsLeft = left - 1
             return false
         }
-        if fail { throw RemoteError.unreachable("injected: the upload connection dropped") }
+    }
+
+    public func uploadBlob(_ digest: ContentDigest, size: Int64, fromFile path: String) async throws {
+        try await enter(.uploadBlob)
+        defer { answer(.uploadBlob) }
+        if consumeUpload() { throw RemoteError.unreachable("injected: the upload connection dropped") }
         // The HTTP client sends at most `size` bytes of the file; the server hashes what it got.
         guard let handle = FileHandle(forReadingAtPath: path) else {
             throw RemoteError.protocolError("cannot read \(path)")
@@ -428,12 +447,14 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     public func createItem(_ request: CreateItemRequest) async throws -> ItemMetadata {
         try await enter(.createItem)
         defer { answer(.createItem) }
+        if let content = request.content { try storeInline(content, declared: request.digest) }
         return try deliver(.createItem, try mutate { s in try s.create(request, now: Self.now()) })
     }
 
     public func updateContent(_ id: ItemID, _ request: UpdateContentRequest) async throws -> ItemMetadata {
         try await enter(.updateContent)
         defer { answer(.updateContent) }
+        if let content = request.content { try storeInline(content, declared: request.digest) }
         return try deliver(.updateContent, try mutate { s in try s.updateContent(id, request, now: Self.now()) })
     }
 

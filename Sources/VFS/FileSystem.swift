@@ -184,15 +184,11 @@ public final class FileSystem: Sendable {
     }
 
     public func open(_ ino: Int64, flags: Int32) async throws(FSError) -> Opened {
-        var item = try item(ino)
+        let item = try item(ino)
         guard item.kind == .file else { throw .isADirectory }
-        let access = flags & O_ACCMODE
-        let writable = access == O_WRONLY || access == O_RDWR
-        let truncate = writable && (flags & O_TRUNC) != 0
-        let wasLocal = item.content == .current || item.content == .dirty
-        if !truncate && (item.content == .placeholder || item.content == .partial || (item.content == .stale && !engine.isOpen(ino))) {
+        if Self.needsContent(item, flags: flags, isOpen: engine.isOpen(ino)) {
             do {
-                if writable {
+                if Self.isWritable(flags) {
                     // Writing into the middle of a file needs all of it here first.
                     try await engine.waitForContent(item, range: 0..<item.size)
                 } else {
@@ -201,8 +197,37 @@ public final class FileSystem: Sendable {
             } catch {
                 throw Self.fsError(error)
             }
-            item = try self.item(ino)
         }
+        return try finishOpen(ino, flags: flags, wasLocal: item.content == .current || item.content == .dirty)
+    }
+
+    /// The open, answered at once, when it needs no download first (content here, or a
+    /// truncating open); nil when it does (then the caller uses `open`, in a task). Most opens
+    /// take this path and never leave the FUSE thread.
+    public func openIfLocal(_ ino: Int64, flags: Int32) throws(FSError) -> Opened? {
+        let item = try item(ino)
+        guard item.kind == .file else { throw .isADirectory }
+        if Self.needsContent(item, flags: flags, isOpen: engine.isOpen(ino)) { return nil }
+        return try finishOpen(ino, flags: flags, wasLocal: item.content == .current || item.content == .dirty)
+    }
+
+    static func isWritable(_ flags: Int32) -> Bool {
+        let access = flags & O_ACCMODE
+        return access == O_WRONLY || access == O_RDWR
+    }
+
+    /// A placeholder, a partial file, or a stale one nobody has open (which is then refreshed)
+    /// must be downloaded (its start, for reading) before the open answers; a truncating open
+    /// needs nothing.
+    static func needsContent(_ item: LocalItem, flags: Int32, isOpen: Bool) -> Bool {
+        let truncate = isWritable(flags) && (flags & O_TRUNC) != 0
+        return !truncate && (item.content == .placeholder || item.content == .partial || (item.content == .stale && !isOpen))
+    }
+
+    func finishOpen(_ ino: Int64, flags: Int32, wasLocal: Bool) throws(FSError) -> Opened {
+        let item = try item(ino)
+        let writable = Self.isWritable(flags)
+        let truncate = writable && (flags & O_TRUNC) != 0
         let fd: Int32
         do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
         let excluded = (try? store.read { try $0.isExcluded(ino) }) ?? false
@@ -216,9 +241,11 @@ public final class FileSystem: Sendable {
                 throw error
             }
             markWritten(handle)
+            engine.didAccess(ino)
+            return Opened(handle: handle, keepCache: false, attributes: attributes(of: try self.item(ino)))
         }
         engine.didAccess(ino)
-        return Opened(handle: handle, keepCache: wasLocal && !truncate, attributes: attributes(of: try self.item(ino)))
+        return Opened(handle: handle, keepCache: wasLocal, attributes: attributes(of: item))
     }
 
     public enum ReadResult: Sendable {
@@ -304,6 +331,8 @@ public final class FileSystem: Sendable {
         if let code = h.writeError { throw code == ENOSPC || code == EDQUOT ? .noSpace : .io }
         guard Glibc.fsync(h.fd) == 0 else { throw errno == ENOSPC ? .noSpace : .io }
         if h.wrote { try persistWrites(h, queueUpload: true) }
+        // The content is on disk: so must be the record that it is to be uploaded.
+        do { try store.makeDurable() } catch { throw .io }
     }
 
     public func release(_ handle: UInt64) {

@@ -84,6 +84,41 @@ import Testing
         }
     }
 
+    @Test func smallContentGoesInlineWithItsCreateOrUpdate() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            let v1 = Data("inline v1"), v2 = Data("inline v2, longer")
+            let made = try await a.json(.POST, APIPath.items(c), CreateItemRequest(
+                parentID: .root, name: "small.txt", kind: .file, digest: sha256(v1), size: Int64(v1.count), content: v1))
+            #expect(made.status == 201)
+            let f = try made.decode(ItemMetadata.self)
+            #expect(f.digest == sha256(v1) && f.size == Int64(v1.count))
+            #expect(try await a.send(.GET, APIPath.content(c, f.id)).body == v1)
+            #expect(try await a.send(.HEAD, APIPath.blob(sha256(v1))).status == 200, "stored as an uploaded blob is")
+            let updated = try await a.json(.PUT, APIPath.content(c, f.id), UpdateContentRequest(
+                baseRevision: f.revision, digest: sha256(v2), size: Int64(v2.count), content: v2))
+            #expect(updated.status == 200)
+            #expect(try await a.send(.GET, APIPath.content(c, f.id)).body == v2)
+            // Refused, and nothing made: content that does not hash to its digest, content for a
+            // folder, and content over the inline limit.
+            let lie = try await a.json(.POST, APIPath.items(c), CreateItemRequest(
+                parentID: .root, name: "lie.txt", kind: .file, digest: sha256(Data("claimed")), content: Data("sent")))
+            #expect(lie.status == 422 && lie.errorCode == .digestMismatch)
+            #expect(try await a.send(.HEAD, APIPath.blob(sha256(Data("sent")))).status == 404)
+            let folder = try await a.json(.POST, APIPath.items(c), CreateItemRequest(
+                parentID: .root, name: "dir", kind: .folder, content: Data("x")))
+            #expect(folder.status == 400 && folder.errorCode == .invalidRequest)
+            let big = Data(repeating: 7, count: SyncProtocol.maxInlineContent + 1)
+            let tooBig = try await a.json(.POST, APIPath.items(c), CreateItemRequest(
+                parentID: .root, name: "big.bin", kind: .file, digest: sha256(big), content: big))
+            #expect(tooBig.status == 413 && tooBig.errorCode == .payloadTooLarge)
+            let names = try await a.send(.GET, APIPath.children(c, .root))
+            #expect(names.status == 200)
+            let listed = String(decoding: names.body, as: UTF8.self)
+            #expect(listed.contains("small.txt") && !listed.contains("lie.txt") && !listed.contains("big.bin") && !listed.contains("\"dir\""))
+        }
+    }
+
     @Test func downloadsHonourRanges() async throws {
         try await withLive { live in
             let (a, c) = (live.alice, live.c)

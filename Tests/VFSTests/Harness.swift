@@ -126,7 +126,7 @@ struct Harness: Sendable {
     func pending(_ ino: Int64) throws -> [OutboxOp] { try outbox().filter { $0.ino == ino }.map(\.op) }
 
     /// The change-log cursor the engine has applied.
-    func appliedCursor() throws -> String? { try store.read { try $0.meta("cursor") } }
+    func appliedCursor() throws -> String? { engine.appliedCursor?.rawValue }
 
     /// True once the engine has applied every change the server has.
     func caughtUp() throws -> Bool { try appliedCursor() == remote.latestCursor.rawValue }

@@ -99,15 +99,16 @@ struct OfflineTests {
         }
     }
 
-    @Test("an upload that fails part way is retried and lands whole")
-    func failedUploadRetried() async throws {
+    // 80 kB goes inline with its create, 300 kB as a blob upload first.
+    @Test("an upload that fails part way is retried and lands whole", arguments: [80_000, 300_000])
+    func failedUploadRetried(size: Int) async throws {
         let h = try Harness()
         defer { h.close() }
         h.remote.failUploadsAfter = 0
-        let content = pattern(80_000, seed: 8)
+        let content = pattern(size, seed: 8)
         let ino = try h.writeNewFile("retry.bin", content)
         try await h.running {
-            try await eventually("an upload attempt") { h.remote.calls(.uploadBlob) > 0 }
+            try await eventually("an upload attempt") { h.remote.calls(.uploadBlob) + h.remote.calls(.createItem) > 0 }
             #expect(h.remote.item(atPath: "/retry.bin") == nil)
             #expect(try h.pending(ino) == [.content])
             h.remote.failUploadsAfter = nil
