@@ -122,7 +122,10 @@ extension SyncEngine {
         do {
             try store.write { w in try w.markStarted(entry.seq) }
             let outcome = try await send(entry)
-            if case .done = outcome { try store.write { w in try w.dequeue(entry.seq) } }
+            // An upload's entry goes in the transaction that records its result; others here.
+            if case .done = outcome, try store.read({ try $0.outboxEntry(entry.seq) }) != nil {
+                try store.write { w in try w.dequeue(entry.seq) }
+            }
             return outcome
         } catch let error as RemoteError {
             switch error {
@@ -159,7 +162,7 @@ extension SyncEngine {
             try followUpCreate(item, created)
             return .done
         case .content:
-            return try await sendContent(item, parentID: parentID)
+            return try await sendContent(item, parentID: parentID, seq: entry.seq)
         case .move, .attributes, .xattrs:
             guard let base = item.revision else { return .done }  // its create carries everything
             do {
@@ -196,7 +199,7 @@ extension SyncEngine {
         return try store.read { try $0.item(parentIno) }.flatMap { $0.revision != nil ? $0.itemID : nil }
     }
 
-    func sendContent(_ item: LocalItem, parentID: ItemID) async throws -> Outcome {
+    func sendContent(_ item: LocalItem, parentID: ItemID, seq: Int64) async throws -> Outcome {
         if item.content != .dirty && item.revision != nil { return .done }
         let generation = state.withLock { $0.writeGenerations[item.ino] ?? 0 }
         // Upload a snapshot, never the live cache file: a writer (truncate, another open) may
@@ -244,7 +247,7 @@ extension SyncEngine {
             if current.digest == digest {
                 // Our own upload, whose answer was lost: it is on the server already.
                 result = current
-                return try finishUpload(item, result: result, digest: digest, size: size, generation: generation)
+                return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
             }
             if current.digest == item.serverDigest {
                 // Only metadata changed on the server (a rename, a chmod): both apply.
@@ -259,24 +262,28 @@ extension SyncEngine {
         } catch let RemoteError.refused(code, _, _) where code == .itemNotFound || code == .itemIDTaken {
             return try resurrectLocal(item.ino)
         }
-        return try finishUpload(item, result: result, digest: digest, size: size, generation: generation)
+        return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
     }
 
     /// Records a successful upload, unless the item changed identity meanwhile (a safe save
     /// gave it another item's id): then what went up belongs to nobody and is removed, and the
     /// content goes up again under the new identity.
-    func finishUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64) throws -> Outcome {
-        let sameItem = try store.write { w -> Bool in
+    ///
+    /// One transaction records the result, queues what changed while it was in flight, and
+    /// removes the entry `seq` that was sent: one commit per uploaded file, not three.
+    func finishUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64) throws -> Outcome {
+        let followUps = try store.write { w -> Bool in
+            try w.dequeue(seq)
             guard var now = try w.reader.item(item.ino) else {
                 try w.updatePendingDelete(of: result.id, revision: result.revision)
-                return true
+                return item.revision == nil ? try followUpCreate(item, result, w) : false
             }
             guard now.itemID == result.id else {
                 if try !w.reader.hasPendingDelete(of: result.id) {
                     try w.enqueue(.delete, ino: item.ino, itemID: result.id, revision: result.revision)
                 }
                 try w.enqueue(.content, ino: item.ino)
-                return false
+                return true
             }
             now.revision = result.revision
             now.serverDigest = digest
@@ -286,9 +293,9 @@ extension SyncEngine {
             }
             now.cachedBytes = max(now.cachedBytes, size)
             try w.update(now)
-            return true
+            return item.revision == nil ? try followUpCreate(item, result, w) : false
         }
-        if sameItem && item.revision == nil { try followUpCreate(item, result) }
+        if followUps { outboxSignal.yield() }
         setConnected(true, error: nil)
         observer.event(MountEvent(kind: "uploaded", path: try store.read { try $0.path(of: item.ino) }))
         return .done
@@ -338,19 +345,24 @@ extension SyncEngine {
     /// moved or deleted while the request was in flight, send that too: the local rename or
     /// delete found no server item to change then.
     func followUpCreate(_ sent: LocalItem, _ created: ItemMetadata) throws {
-        try store.write { w in
-            guard let now = try w.reader.item(sent.ino), now.itemID == created.id else {
-                // Deleted meanwhile: its deletion is queued already (see FileSystem.deleteRow).
-                if try !w.reader.hasPendingDelete(of: created.id) {
-                    try w.enqueue(.delete, ino: sent.ino, itemID: created.id, revision: created.revision)
-                }
-                return
+        if try store.write({ w in try followUpCreate(sent, created, w) }) { outboxSignal.yield() }
+    }
+
+    /// Inside a transaction; true when something was queued.
+    func followUpCreate(_ sent: LocalItem, _ created: ItemMetadata, _ w: LocalWriter) throws -> Bool {
+        guard let now = try w.reader.item(sent.ino), now.itemID == created.id else {
+            // Deleted meanwhile: its deletion is queued already (see FileSystem.deleteRow).
+            if try !w.reader.hasPendingDelete(of: created.id) {
+                try w.enqueue(.delete, ino: sent.ino, itemID: created.id, revision: created.revision)
+                return true
             }
-            if now.name != sent.name || now.parent != sent.parent { try w.enqueue(.move, ino: sent.ino) }
-            if now.mode != sent.mode || now.modified != sent.modified { try w.enqueue(.attributes, ino: sent.ino) }
-            if now.xattrs != sent.xattrs { try w.enqueue(.xattrs, ino: sent.ino) }
+            return false
         }
-        outboxSignal.yield()
+        var queued = false
+        if now.name != sent.name || now.parent != sent.parent { try w.enqueue(.move, ino: sent.ino); queued = true }
+        if now.mode != sent.mode || now.modified != sent.modified { try w.enqueue(.attributes, ino: sent.ino); queued = true }
+        if now.xattrs != sent.xattrs { try w.enqueue(.xattrs, ino: sent.ino); queued = true }
+        return queued
     }
 
     /// Records the server's answer: the new revision (and nothing that would undo local edits made since).

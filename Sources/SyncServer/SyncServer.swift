@@ -221,11 +221,25 @@ public struct SyncServer: Sendable {
             // The client stopped sending before the end of its body.
             throw APIError(.invalidRequest, "the body ended before its declared length; nothing was stored")
         }
-        let (digest, size) = try writer.commit(expecting: declared)
+        let (digest, size) = try await durablyCommit(writer, expecting: declared)
         // The blob is durable on disk before the account is given access to it, and both
         // before the answer: an acknowledged upload survives a crash.
         try await storage.metadata.recordBlob(digest, size: size, for: account)
         return try json(BlobInfo(digest: digest, size: size), status: .created)
+    }
+
+    /// Commits an uploaded blob on a dispatch thread. The commit waits for two fsyncs (about
+    /// a millisecond each here), and the server's tasks run on its event loops: waiting there
+    /// would stall every other request of that loop; on other threads the syncs overlap.
+    func durablyCommit(_ writer: any BlobWriter, expecting declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
+        // The writer belongs to this request alone; it moves to the thread and back.
+        struct Owned: @unchecked Sendable { let writer: any BlobWriter }
+        let owned = Owned(writer: writer)
+        return try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(with: Result { try owned.writer.commit(expecting: declared) })
+            }
+        }
     }
 
     /// Stores content sent inline with a create or an update, exactly as an upload of it to
@@ -243,7 +257,7 @@ public struct SyncServer: Sendable {
         } catch let error as BlobStoreError {
             throw APIError(error)
         }
-        let (digest, size) = try writer.commit(expecting: declared)
+        let (digest, size) = try await durablyCommit(writer, expecting: declared)
         try await storage.metadata.recordBlob(digest, size: size, for: account)
     }
 
