@@ -23,60 +23,81 @@ extension SyncEngine {
     /// or the server cannot be reached.
     ///
     /// Uploads of different files whose folders are already on the server are independent:
-    /// a run of them at the head of the queue goes up `parallelUploads` at a time, since each
-    /// one spends most of its time waiting on round trips. Everything else goes one by one.
+    /// up to `parallelUploads` of them are in flight at once, and a new one starts as soon as
+    /// any finishes (a sliding window: a slow upload does not hold back the ones after it),
+    /// since each spends most of its time waiting on round trips. Any other entry waits until
+    /// nothing is in flight and then goes alone, in its turn.
     func drainOutbox() async {
         var skipped: Set<Int64> = []
         var batch: [OutboxEntry] = []
-        while !Task.isCancelled {
-            if batch.isEmpty {
-                // A batch per read: a queue of thousands is read once per hundred entries,
-                // not once per entry.
-                do {
-                    let now = Self.now()
-                    batch = try store.read { r in try r.outbox(limit: 100 + skipped.count) }
-                        .filter { $0.notBefore <= now && !skipped.contains($0.seq) }
-                } catch {
-                    logger.error("cannot read the outbox", metadata: ["error": "\(error)"])
-                    return
+        var offline = false
+        // Entries handed to a task: still in the database until their task removes them.
+        var inFlight: [Int64: Int64] = [:]  // seq: ino
+
+        func settle(_ seq: Int64, _ ino: Int64, _ outcome: Outcome?) {
+            inFlight[seq] = nil
+            guard let outcome else { return }
+            switch outcome {
+            case .done: break
+            case .again: skipped.insert(seq)
+            case .later(let why, let delay, let isOffline):
+                deferEntry(seq, ino: ino, why: why, delay: delay, offline: isOffline)
+                skipped.insert(seq)
+                if isOffline {
+                    offline = true
+                    setConnected(false, error: why)
                 }
-                if batch.isEmpty { return }
             }
-            var group: [OutboxEntry] = []
-            var inos: Set<Int64> = []
-            while let next = batch.first, group.count < Self.parallelUploads, next.op == .content,
-                  !inos.contains(next.ino), (try? independentUpload(next)) == true {
-                group.append(batch.removeFirst())
-                inos.insert(next.ino)
-            }
-            if group.isEmpty { group = [batch.removeFirst()] }
-            let results = await withTaskGroup(of: (Int64, Outcome?).self) { tasks in
-                for listed in group {
+        }
+
+        await withTaskGroup(of: (Int64, Int64, Outcome?).self) { tasks in
+            while !Task.isCancelled && !offline {
+                if batch.isEmpty {
+                    // A batch per read: a queue of thousands is read once per hundred entries,
+                    // not once per entry.
+                    do {
+                        let now = Self.now()
+                        batch = try store.read { r in try r.outbox(limit: 100 + skipped.count + inFlight.count) }
+                            .filter { $0.notBefore <= now && !skipped.contains($0.seq) && inFlight[$0.seq] == nil }
+                    } catch {
+                        logger.error("cannot read the outbox", metadata: ["error": "\(error)"])
+                        break
+                    }
+                    if batch.isEmpty {
+                        // Nothing new: wait for one in flight (it may queue more), or stop.
+                        guard let (seq, ino, outcome) = await tasks.next() else { break }
+                        settle(seq, ino, outcome)
+                        continue
+                    }
+                }
+                let next = batch[0]
+                let busyInos = Set(inFlight.values)
+                let independent = next.op == .content && !busyInos.contains(next.ino) && (try? independentUpload(next)) == true
+                if independent && inFlight.count < Self.parallelUploads {
+                    batch.removeFirst()
+                    inFlight[next.seq] = next.ino
                     tasks.addTask {
                         // Read again: sent or dropped meanwhile (an earlier entry's handling may
                         // do either), or updated (a deletion's base revision).
-                        guard let entry = try? self.store.read({ try $0.outboxEntry(listed.seq) }) else { return (listed.seq, nil) }
-                        return (entry.seq, await self.runToCompletion(entry))
+                        guard let entry = try? self.store.read({ try $0.outboxEntry(next.seq) }) else { return (next.seq, next.ino, nil) }
+                        return (entry.seq, entry.ino, await self.runToCompletion(entry))
                     }
-                }
-                return await tasks.reduce(into: [(Int64, Outcome?)]()) { $0.append($1) }
-            }
-            var offline = false
-            for (seq, outcome) in results {
-                guard let outcome else { continue }
-                switch outcome {
-                case .done: break
-                case .again: skipped.insert(seq)
-                case .later(let why, let delay, let isOffline):
-                    deferEntry(seq, ino: group.first { $0.seq == seq }?.ino, why: why, delay: delay, offline: isOffline)
-                    skipped.insert(seq)
-                    if isOffline {
-                        offline = true
-                        setConnected(false, error: why)
+                } else if !independent && inFlight.isEmpty {
+                    batch.removeFirst()
+                    let outcome: Outcome?
+                    if let entry = try? store.read({ try $0.outboxEntry(next.seq) }) {
+                        outcome = await runToCompletion(entry)
+                    } else {
+                        outcome = nil
                     }
+                    settle(next.seq, next.ino, outcome)
+                } else if let (seq, ino, outcome) = await tasks.next() {
+                    // The window is full, or the next entry must go alone: wait for a slot.
+                    settle(seq, ino, outcome)
                 }
             }
-            if offline { return }
+            // Offline or cancelled: let what is in flight finish and record how it went.
+            while let (seq, ino, outcome) = await tasks.next() { settle(seq, ino, outcome) }
         }
     }
 
