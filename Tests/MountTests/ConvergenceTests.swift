@@ -9,7 +9,7 @@ import Testing
     func aRandomBurstConverges(seed: UInt64) async throws {
         try await withDevices(["A", "B"]) { server, devices in
             let (a, b) = (devices[0], devices[1])
-            var rng = SplitMix(seed: seed)
+            var rng = SeededGenerator(seed: seed)
             var script = "set -e; cd \"$M\"; mkdir -p d0 d1 d2\n"
             let names = ["a", "b", "c", "d", "e"]
             for step in 0..<120 {

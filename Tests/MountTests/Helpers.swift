@@ -10,7 +10,7 @@ struct Tree {
 
     /// Deterministic content: the same seed gives the same tree.
     static func sample(seed: UInt64, fileCount: Int, maxSize: Int) -> Tree {
-        var rng = SplitMix(seed: seed)
+        var rng = SeededGenerator(seed: seed)
         var files: [String: Data] = [:]
         var folders: Set<String> = ["src", "src/lib", "docs", "empty dir"]
         let dirs = Array(folders) + [""]
@@ -27,18 +27,6 @@ struct Tree {
     func write(to root: String) throws {
         for f in folders { try FileManager.default.createDirectory(atPath: root + "/" + f, withIntermediateDirectories: true) }
         for (path, data) in files { FileManager.default.createFile(atPath: root + "/" + path, contents: data) }
-    }
-}
-
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 

@@ -131,6 +131,11 @@ struct Harness: Sendable {
     /// True once the engine has applied every change the server has.
     func caughtUp() throws -> Bool { try appliedCursor() == remote.latestCursor.rawValue }
 
+    /// Waits until nothing is queued and every change the server has is applied here.
+    func settled(_ what: String = "the upload and its echo", timeout: Duration = .seconds(10)) async throws {
+        try await eventually(timeout: timeout, what) { try outbox().isEmpty && caughtUp() }
+    }
+
     func children(_ ino: Int64 = rootIno) throws -> [String] {
         try store.read { try $0.children(of: ino) }.map(\.name)
     }
@@ -203,7 +208,14 @@ struct Harness: Sendable {
 
     /// One read, its bytes taken at once (as the kernel copies them when the reply goes out).
     func readRange(_ handle: UInt64, offset: Int64, size: Int) async throws -> [UInt8] {
-        switch try await fs.read(handle, offset: offset, size: size) {
+        // As the FUSE bridge does: at once when the bytes are here, else in a task.
+        let ready: FileSystem.ReadResult
+        if let local = try fs.readIfLocal(handle, offset: offset, size: size) {
+            ready = local
+        } else {
+            ready = try await fs.read(handle, offset: offset, size: size)
+        }
+        switch ready {
         case .bytes(let bytes):
             return bytes
         case .file(let fd, let at, let count):
@@ -304,18 +316,5 @@ final class DeadlineRace<T: Sendable>: Sendable {
         guard let c else { return }
         if case .success = result { timer?.cancel() } else { work?.cancel() }
         c.resume(with: result)
-    }
-}
-
-/// A tiny seedable generator (SplitMix64), so that a random test can be replayed from its seed.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -129,7 +129,7 @@ struct ConflictTests {
         let mine = Array("this device's edit".utf8)
         let ino = try h.writeNewFile("shared.txt", v1)
         try await h.running {
-            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            try await h.settled()
             let id = try #require(h.remote.item(atPath: "/shared.txt")).id
 
             // This device is away while the other one edits; then it edits the same base.
@@ -160,7 +160,7 @@ struct ConflictTests {
         let mine = Array("this device's edit".utf8)
         let ino = try h.writeNewFile("shared.txt", v1)
         try await h.running {
-            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            try await h.settled()
             let id = try #require(h.remote.item(atPath: "/shared.txt")).id
 
             let opened = try await h.fs.open(ino, flags: O_WRONLY | O_TRUNC)
@@ -185,13 +185,13 @@ struct ConflictTests {
         defer { h.close() }
         let ino = try h.writeNewFile("old.txt", Array("v1".utf8))
         try await h.running {
-            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            try await h.settled()
             let id = try #require(h.remote.item(atPath: "/old.txt")).id
             h.remote.isOnline = false
             try h.remote.otherDevice.move(id, to: "new.txt")
             try await h.overwrite(ino, Array("v2".utf8))
             h.remote.isOnline = true
-            try await eventually(timeout: .seconds(15), "both changes to settle") { try h.outbox().isEmpty && h.caughtUp() }
+            try await h.settled("both changes to settle", timeout: .seconds(15))
             #expect(h.remote.item(atPath: "/new.txt")?.id == id)
             #expect(h.remote.content(of: id) == Array("v2".utf8))
             #expect(h.remote.tree().count == 1)
@@ -206,7 +206,7 @@ struct ConflictTests {
         defer { h.close() }
         let ino = try h.writeNewFile("keep.txt", Array("v1".utf8))
         try await h.running {
-            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            try await h.settled()
             let id = try #require(h.remote.item(atPath: "/keep.txt")).id
             h.remote.isOnline = false
             try h.remote.otherDevice.delete(id)

@@ -38,7 +38,7 @@ struct RecoveryTests {
         h.remote.loseAnswer(.uploadBlob)
         let ino = try h.writeNewFile("once.txt", Array("once".utf8))
         try await h.running {
-            try await eventually(timeout: .seconds(15), "the retry to settle") { try h.outbox().isEmpty && h.caughtUp() }
+            try await h.settled("the retry to settle", timeout: .seconds(15))
             #expect(h.remote.tree() == ["/once.txt": .init(kind: .file, digest: sha(Array("once".utf8)))])
             #expect(h.remote.calls(.createItem) >= 2, "the create was retried")
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
@@ -54,7 +54,7 @@ struct RecoveryTests {
         defer { h.close() }
         let ino = try h.writeNewFile("doc.txt", Array("v1".utf8))
         try await h.running {
-            try await eventually("the first upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            try await h.settled("the first upload and its echo")
             h.remote.loseAnswer(.updateContent)
             try await h.overwrite(ino, Array("v2".utf8))
             try await eventually("the lost answer and the retry") { h.remote.calls(.updateContent) >= 2 }
@@ -115,7 +115,7 @@ struct OpenFileTests {
         defer { h.close() }
         let ino = try h.writeNewFile("a.txt", Array("hello world".utf8))
         try await h.running {
-            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            try await h.settled()
             let mtime: Timestamp = 1_600_000_000_123_456_789
             let changed = try await h.fs.setAttributes(ino, .init(mode: 0o600, mtime: mtime), handle: nil)
             #expect(changed.mode == 0o600)

@@ -25,7 +25,7 @@ struct XattrTests {
         defer { h.close() }
         let ino = try h.writeNewFile("a.txt", Array("hello".utf8))
         try await h.running {
-            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            try await h.settled()
             let remote = try #require(h.remote.item(atPath: "/a.txt"))
 
             #expect(try h.fs.listXattrs(ino) == Self.statusNames)
@@ -157,7 +157,7 @@ struct XattrTests {
         defer { h.close() }
         let ino = try h.writeNewFile("tagged.txt", Array("x".utf8))
         try await h.running {
-            try await eventually("the upload and its echo") { try h.outbox().isEmpty && h.caughtUp() }
+            try await h.settled()
             let id = try #require(h.remote.item(atPath: "/tagged.txt")).id
             // Hold the server's answer so that the queued op can be seen before it is sent.
             let gate = h.remote.hold(.setXattrs)
