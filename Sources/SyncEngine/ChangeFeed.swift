@@ -266,7 +266,9 @@ struct ChangeFeedService: Service {
             do {
                 let info = try await engine.remote.ensureContainer()
                 _ = info
-                let stored = try engine.store.read { try $0.meta("cursor") }.map(ChangeCursor.init(_:)) ?? .start
+                // The last cursor seen (skipped echoes do not store theirs), else the stored one.
+                let stored = try engine.state.withLock({ $0.cursor })
+                    ?? engine.store.read { try $0.meta("cursor") }.map(ChangeCursor.init(_:)) ?? .start
                 let cursor = try await engine.catchUp(from: stored)
                 engine.setConnected(true, error: nil)
                 let stream = engine.remote.changeStream(since: cursor)

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import ItemModel
 
@@ -93,6 +94,25 @@ public struct ContentCache: Sendable {
     }
 
     public func exists(_ ino: Int64) -> Bool { access(path(ino), F_OK) == 0 }
+
+    /// SHA-256 and length of what `fd` holds from offset 0: up to its end, or up to `limit`
+    /// bytes. The one hashing loop for uploads (a snapshot) and downloads (the check).
+    public static func sha256(of fd: Int32, limit: Int64 = .max) throws -> (ContentDigest, Int64) {
+        var hasher = SHA256()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var total: Int64 = 0
+        while total < limit {
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, Int(min(Int64($0.count), limit - total)), off_t(total)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw EngineError.io("cannot read content to hash it", errno)
+            }
+            if n == 0 { break }
+            buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<n])) }
+            total += Int64(n)
+        }
+        return (ContentDigest(bytes: hasher.finalize()), total)
+    }
 
     /// The whole content when it is at most `limit` bytes, read in one go; nil when larger.
     /// Such a copy in memory is a snapshot as good as `snapshot`'s file, without the file.

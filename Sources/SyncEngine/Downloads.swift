@@ -64,15 +64,6 @@ public final class Downloads: Sendable {
         state.withLock { s in s.active[ino].map { ($0.ranges.total, $0.size) } }
     }
 
-    /// True when `range` of a running download's file has landed in its cache file (readers
-    /// behind the download front are answered without waiting).
-    public func hasLanded(_ ino: Int64, _ range: Range<Int64>) -> Bool {
-        state.withLock { s in
-            guard let a = s.active[ino] else { return false }
-            return a.ranges.contains(range.clamped(to: 0..<a.size))
-        }
-    }
-
     /// The size of the file when a running download of `digest` has landed the bytes of
     /// `count` from `offset` (clamped to the file), or nil: readers behind the download front
     /// are answered without waiting and without the database.
@@ -219,19 +210,11 @@ public final class Downloads: Sendable {
     static func digest(ofFile fd: Int32, size: Int64) async throws -> ContentDigest {
         try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global(qos: .utility).async {
-                var hasher = SHA256()
-                var buffer = [UInt8](repeating: 0, count: 1 << 20)
-                var offset: Int64 = 0
-                while offset < size {
-                    let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, Int(min(Int64($0.count), size - offset)), off_t(offset)) }
-                    if n < 0 && errno == EINTR { continue }
-                    guard n > 0 else {
-                        return continuation.resume(throwing: EngineError.io("cannot read back a download", n < 0 ? errno : EIO))
-                    }
-                    buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<n])) }
-                    offset += Int64(n)
-                }
-                continuation.resume(returning: ContentDigest(bytes: hasher.finalize()))
+                continuation.resume(with: Result {
+                    let (digest, length) = try ContentCache.sha256(of: fd, limit: size)
+                    guard length == size else { throw EngineError.io("cannot read back a download", EIO) }
+                    return digest
+                })
             }
         }
     }
@@ -261,10 +244,9 @@ public final class Downloads: Sendable {
     func finish(_ ino: Int64, digest: ContentDigest, generation: UInt64, error: Error?) {
         // A cancelled download's outcome is nobody's business: a later download of the file
         // may be running under the same inode number.
-        guard state.withLock({ $0.active[ino]?.generation == generation }) else { return }
+        guard let size = state.withLock({ s in s.active[ino].flatMap { $0.generation == generation ? $0.size : nil } }) else { return }
         // Record the outcome before waking readers, so that they see the final state.
         let message = error.map { ($0 as? EngineError)?.description ?? ($0 as? RemoteError).map(describe) ?? "\($0)" }
-        let size = state.withLock { $0.active[ino]?.size } ?? 0
         do {
             try store.write { w in
                 guard var item = try w.reader.item(ino), item.content != .dirty else { return }

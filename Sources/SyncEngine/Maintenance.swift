@@ -86,8 +86,9 @@ extension SyncEngine {
             }
             guard let after = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
             if after.content == .current || after.content == .dirty { return }
-            if let running = downloads.activeDigest(item.ino), running == after.serverDigest { return }
-            if downloads.activeDigest(item.ino) == nil, let error = after.downloadError, after.serverDigest == now.serverDigest {
+            let running = downloads.activeDigest(item.ino)
+            if let running, running == after.serverDigest { return }
+            if running == nil, let error = after.downloadError, after.serverDigest == now.serverDigest {
                 throw EngineError.offline(error)
             }
         }

@@ -71,9 +71,10 @@ extension SyncEngine {
                     }
                 }
                 let next = batch[0]
-                let busyInos = Set(inFlight.values)
-                let independent = next.op == .content && !busyInos.contains(next.ino) && (try? independentUpload(next)) == true
-                if independent && inFlight.count < Self.parallelUploads {
+                // A full window can only wait for a slot: no need to ask about the next entry.
+                let independent = inFlight.count < Self.parallelUploads && next.op == .content
+                    && !inFlight.values.contains(next.ino) && (try? independentUpload(next)) == true
+                if independent {
                     batch.removeFirst()
                     inFlight[next.seq] = next.ino
                     tasks.addTask {
@@ -82,7 +83,7 @@ extension SyncEngine {
                         guard let entry = try? self.store.read({ try $0.outboxEntry(next.seq) }) else { return (next.seq, next.ino, nil) }
                         return (entry.seq, entry.ino, await self.runToCompletion(entry))
                     }
-                } else if !independent && inFlight.isEmpty {
+                } else if inFlight.isEmpty {
                     batch.removeFirst()
                     let outcome: Outcome?
                     if let entry = try? store.read({ try $0.outboxEntry(next.seq) }) {
@@ -179,8 +180,12 @@ extension SyncEngine {
             } catch let RemoteError.refused(code, _, current) where code == .nameExists {
                 return try await nameTaken(by: current, for: item.ino)
             }
-            try adoptMetadata(item.ino, created)
-            try followUpCreate(item, created)
+            // The answer and what changed while it was in flight, in one transaction.
+            let followUps = try store.write { w in
+                try adoptMetadata(item.ino, created, w)
+                return try followUpCreate(item, created, w)
+            }
+            if followUps { outboxSignal.yield() }
             return .done
         case .content:
             return try await sendContent(item, parentID: parentID, seq: entry.seq)
@@ -365,10 +370,6 @@ extension SyncEngine {
     /// A create went up with the item's name and place at that moment. If the item was renamed,
     /// moved or deleted while the request was in flight, send that too: the local rename or
     /// delete found no server item to change then.
-    func followUpCreate(_ sent: LocalItem, _ created: ItemMetadata) throws {
-        if try store.write({ w in try followUpCreate(sent, created, w) }) { outboxSignal.yield() }
-    }
-
     /// Inside a transaction; true when something was queued.
     func followUpCreate(_ sent: LocalItem, _ created: ItemMetadata, _ w: LocalWriter) throws -> Bool {
         guard let now = try w.reader.item(sent.ino), now.itemID == created.id else {
@@ -389,18 +390,20 @@ extension SyncEngine {
     /// Records the server's answer: the new revision (and nothing that would undo local edits made since).
     @discardableResult
     func adoptMetadata(_ ino: Int64, _ result: ItemMetadata) throws -> Outcome {
-        try store.write { w in
-            guard var now = try w.reader.item(ino) else {
-                try w.updatePendingDelete(of: result.id, revision: result.revision)
-                return
-            }
-            guard now.itemID == result.id else { return }
-            now.revision = result.revision
-            if now.content != .dirty { now.serverDigest = result.digest }
-            now.uploadError = nil
-            try w.update(now)
-        }
+        try store.write { w in try adoptMetadata(ino, result, w) }
         return .done
+    }
+
+    func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, _ w: LocalWriter) throws {
+        guard var now = try w.reader.item(ino) else {
+            try w.updatePendingDelete(of: result.id, revision: result.revision)
+            return
+        }
+        guard now.itemID == result.id else { return }
+        now.revision = result.revision
+        if now.content != .dirty { now.serverDigest = result.digest }
+        now.uploadError = nil
+        try w.update(now)
     }
 
     func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false) throws {
@@ -510,20 +513,7 @@ extension SyncEngine {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw EngineError.io("cannot read \(path)", errno) }
         defer { close(fd) }
-        var hasher = SHA256()
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        var total: Int64 = 0
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw EngineError.io("cannot read \(path)", errno)
-            }
-            if n == 0 { break }
-            buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            total += Int64(n)
-        }
-        return (ContentDigest(bytes: hasher.finalize()), total)
+        return try ContentCache.sha256(of: fd)
     }
 }
 

@@ -175,8 +175,8 @@ public struct SyncServer: Sendable {
         // Read and check the request before the container is created on first use: a refused
         // request changes nothing, not even that.
         let body = try await decode(CreateItemRequest.self, request)
-        _ = try validName(body.name)
-        _ = try wellFormed(body.parentID)
+        let name = try validName(body.name)
+        let parentID = try wellFormed(body.parentID)
         if body.kind == .folder && (body.digest != nil || (body.size ?? 0) != 0) {
             throw APIError(.invalidRequest, "a folder has no content: omit digest and size")
         }
@@ -186,11 +186,11 @@ public struct SyncServer: Sendable {
             }
             try await storeInline(content, declared: digest, context)
         }
-        let c = try await container(context, create: body.parentID == .root)
+        let c = try await container(context, create: parentID == .root)
         let now = WallClock.now()
         let new = NewItem(
-            id: try body.id.map(wellFormed) ?? ItemID.random(), parentID: try wellFormed(body.parentID),
-            name: try validName(body.name), kind: body.kind, digest: body.digest, declaredSize: body.size,
+            id: try body.id.map(wellFormed) ?? ItemID.random(), parentID: parentID,
+            name: name, kind: body.kind, digest: body.digest, declaredSize: body.size,
             mode: (body.mode ?? ItemMetadata.defaultMode(for: body.kind)) & 0o7777,
             created: body.created ?? now, modified: body.modified ?? body.created ?? now, xattrs: body.xattrs ?? [:])
         let item = try await storage.metadata.createItem(new, in: c)
@@ -221,25 +221,27 @@ public struct SyncServer: Sendable {
             // The client stopped sending before the end of its body.
             throw APIError(.invalidRequest, "the body ended before its declared length; nothing was stored")
         }
-        let (digest, size) = try await durablyCommit(writer, expecting: declared)
-        // The blob is durable on disk before the account is given access to it, and both
-        // before the answer: an acknowledged upload survives a crash.
-        try await storage.metadata.recordBlob(digest, size: size, for: account)
+        let (digest, size) = try await store(writer, expecting: declared, for: account)
         return try json(BlobInfo(digest: digest, size: size), status: .created)
     }
 
     /// Commits an uploaded blob on a dispatch thread. The commit waits for two fsyncs (about
     /// a millisecond each here), and the server's tasks run on its event loops: waiting there
     /// would stall every other request of that loop; on other threads the syncs overlap.
-    func durablyCommit(_ writer: any BlobWriter, expecting declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
+    ///
+    /// The blob is durable on disk before the account is given access to it, and both before
+    /// the answer: an acknowledged upload survives a crash.
+    func store(_ writer: any BlobWriter, expecting declared: ContentDigest, for account: AccountRef) async throws -> (digest: ContentDigest, size: Int64) {
         // The writer belongs to this request alone; it moves to the thread and back.
         struct Owned: @unchecked Sendable { let writer: any BlobWriter }
         let owned = Owned(writer: writer)
-        return try await withCheckedThrowingContinuation { continuation in
+        let (digest, size) = try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
                 continuation.resume(with: Result { try owned.writer.commit(expecting: declared) })
             }
         }
+        try await storage.metadata.recordBlob(digest, size: size, for: account)
+        return (digest, size)
     }
 
     /// Stores content sent inline with a create or an update, exactly as an upload of it to
@@ -257,8 +259,7 @@ public struct SyncServer: Sendable {
         } catch let error as BlobStoreError {
             throw APIError(error)
         }
-        let (digest, size) = try await durablyCommit(writer, expecting: declared)
-        try await storage.metadata.recordBlob(digest, size: size, for: account)
+        _ = try await store(writer, expecting: declared, for: account)
     }
 
     /// Streams a blob, honouring a single `Range` and `If-Range` (by ETag, the digest).

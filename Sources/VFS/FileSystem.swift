@@ -186,7 +186,8 @@ public final class FileSystem: Sendable {
     public func open(_ ino: Int64, flags: Int32) async throws(FSError) -> Opened {
         let item = try item(ino)
         guard item.kind == .file else { throw .isADirectory }
-        if Self.needsContent(item, flags: flags, isOpen: engine.isOpen(ino)) {
+        let waited = Self.needsContent(item, flags: flags, isOpen: engine.isOpen(ino))
+        if waited {
             do {
                 if Self.isWritable(flags) {
                     // Writing into the middle of a file needs all of it here first.
@@ -198,7 +199,9 @@ public final class FileSystem: Sendable {
                 throw Self.fsError(error)
             }
         }
-        return try finishOpen(ino, flags: flags, wasLocal: item.content == .current || item.content == .dirty)
+        let wasLocal = item.content == .current || item.content == .dirty
+        // After a download the row changed: read it again.
+        return try finishOpen(waited ? try self.item(ino) : item, flags: flags, wasLocal: wasLocal)
     }
 
     /// The open, answered at once, when it needs no download first (content here, or a
@@ -208,7 +211,7 @@ public final class FileSystem: Sendable {
         let item = try item(ino)
         guard item.kind == .file else { throw .isADirectory }
         if Self.needsContent(item, flags: flags, isOpen: engine.isOpen(ino)) { return nil }
-        return try finishOpen(ino, flags: flags, wasLocal: item.content == .current || item.content == .dirty)
+        return try finishOpen(item, flags: flags, wasLocal: item.content == .current || item.content == .dirty)
     }
 
     static func isWritable(_ flags: Int32) -> Bool {
@@ -224,8 +227,8 @@ public final class FileSystem: Sendable {
         return !truncate && (item.content == .placeholder || item.content == .partial || (item.content == .stale && !isOpen))
     }
 
-    func finishOpen(_ ino: Int64, flags: Int32, wasLocal: Bool) throws(FSError) -> Opened {
-        let item = try item(ino)
+    func finishOpen(_ item: LocalItem, flags: Int32, wasLocal: Bool) throws(FSError) -> Opened {
+        let ino = item.ino
         let writable = Self.isWritable(flags)
         let truncate = writable && (flags & O_TRUNC) != 0
         let fd: Int32
@@ -254,8 +257,8 @@ public final class FileSystem: Sendable {
         case bytes([UInt8])
     }
 
+    /// For a read `readIfLocal` could not answer (callers try that first, on their thread).
     public func read(_ handle: UInt64, offset: Int64, size: Int) async throws(FSError) -> ReadResult {
-        if let ready = try readIfLocal(handle, offset: offset, size: size) { return ready }
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
         // Ahead of the running download of this handle's version: wait for just this range,
         // without the database (a sequential reader waits here on every request).
@@ -627,7 +630,7 @@ public final class FileSystem: Sendable {
             guard let value = status(of: item).attributes.first(where: { $0.0 == name })?.1 else { throw .noAttribute }
             return Array(value.utf8)
         }
-        guard name.hasPrefix("user."), let value = item.xattrs[name] else { throw .noAttribute }
+        guard let value = item.xattrs[name] else { throw .noAttribute }
         return Array(value)
     }
 
@@ -661,8 +664,9 @@ public final class FileSystem: Sendable {
         let count = Int(min(Int64(size), fileSize - offset))
         let local = item.content == .current || item.content == .dirty || (item.content == .stale && engine.downloads.progress(h.ino) == nil)
         // Behind the front of a running download of the current version: the bytes are here.
-        let landed = !local && engine.downloads.activeDigest(h.ino) == item.serverDigest
-            && engine.downloads.hasLanded(h.ino, offset..<(offset + Int64(count)))
+        let landed = !local && item.serverDigest.flatMap {
+            engine.downloads.landedSize(h.ino, digest: $0, from: offset, count: count)
+        } != nil
         guard local || landed else { return nil }
         if local && item.content != .stale { handles.withLock { $0.open[handle]?.knownLocal = true } }
         return .file(fd: h.fd, offset: offset, count: count)
