@@ -236,33 +236,59 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
 
     public func createItem(_ new: NewItem, in container: ContainerRef) async throws -> ItemMetadata {
         try SyncedXattr.validateOrThrow(new.xattrs)
-        return try await writer.write { db in
-            let parent = try Self.requireLive(new.parentID, container, db)
-            guard parent.kind == .folder else { throw StorageError.notAFolder(new.parentID) }
-            if let existing = try Self.anyItem(new.id, container, db) {
-                // A retried create (the answer to the first was lost) gets the same item back.
-                if !existing.deleted, existing.parentID == new.parentID, existing.name == new.name.rawValue,
-                   existing.kind == new.kind, new.kind == .folder || existing.digest == (new.digest ?? .empty) {
-                    return existing
+        return try await writer.write { db in try Self.insert(new, in: container, db: db) }
+    }
+
+    public func createItems(_ items: [NewItem], blobs: [(digest: ContentDigest, size: Int64)], in container: ContainerRef) async throws -> [Result<ItemMetadata, StorageError>] {
+        try await writer.write { db in
+            for blob in blobs {
+                try db.cachedStatement(sql: "INSERT OR IGNORE INTO account_blobs (account_key, digest, size) VALUES (?, ?, ?)").execute(
+                    arguments: [container.account.key, blob.digest.hex, blob.size])
+            }
+            return try items.map { new -> Result<ItemMetadata, StorageError> in
+                // A savepoint each: a refused create leaves no trace, the others still commit.
+                var created: ItemMetadata?
+                do {
+                    try SyncedXattr.validateOrThrow(new.xattrs)
+                    try db.inSavepoint {
+                        created = try Self.insert(new, in: container, db: db)
+                        return .commit
+                    }
+                } catch let error as StorageError {
+                    return .failure(error)
                 }
-                throw StorageError.itemIDTaken(new.id)
+                return .success(created!)
             }
-            if let clash = try Self.liveChild(named: new.name, of: new.parentID, container, db) {
-                throw StorageError.nameExists(existing: clash)
-            }
-            var digest: ContentDigest? = nil
-            var size: Int64 = 0
-            if new.kind == .file {
-                digest = new.digest ?? .empty
-                size = try Self.blobSize(digest!, account: container.account, declared: new.declaredSize, db: db)
-            }
-            var item = ItemMetadata(
-                id: new.id, parentID: new.parentID, name: new.name.rawValue, kind: new.kind, revision: Revision("0"),
-                size: size, digest: digest, mode: new.mode, created: new.created, modified: new.modified,
-                xattrs: new.xattrs)
-            try Self.commit(&item, kind: .upsert, in: container, db: db, isNew: true)
-            return item
         }
+    }
+
+    /// A new item's row and change-log entry, inside the caller's transaction.
+    static func insert(_ new: NewItem, in container: ContainerRef, db: Database) throws -> ItemMetadata {
+        let parent = try Self.requireLive(new.parentID, container, db)
+        guard parent.kind == .folder else { throw StorageError.notAFolder(new.parentID) }
+        if let existing = try Self.anyItem(new.id, container, db) {
+            // A retried create (the answer to the first was lost) gets the same item back.
+            if !existing.deleted, existing.parentID == new.parentID, existing.name == new.name.rawValue,
+               existing.kind == new.kind, new.kind == .folder || existing.digest == (new.digest ?? .empty) {
+                return existing
+            }
+            throw StorageError.itemIDTaken(new.id)
+        }
+        if let clash = try Self.liveChild(named: new.name, of: new.parentID, container, db) {
+            throw StorageError.nameExists(existing: clash)
+        }
+        var digest: ContentDigest? = nil
+        var size: Int64 = 0
+        if new.kind == .file {
+            digest = new.digest ?? .empty
+            size = try Self.blobSize(digest!, account: container.account, declared: new.declaredSize, db: db)
+        }
+        var item = ItemMetadata(
+            id: new.id, parentID: new.parentID, name: new.name.rawValue, kind: new.kind, revision: Revision("0"),
+            size: size, digest: digest, mode: new.mode, created: new.created, modified: new.modified,
+            xattrs: new.xattrs)
+        try Self.commit(&item, kind: .upsert, in: container, db: db, isNew: true)
+        return item
     }
 
     public func updateContent(

@@ -12,6 +12,7 @@ public enum APIPath {
     public static func children(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/children" }
     public static func content(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/content" }
     public static func xattrs(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/xattrs" }
+    public static func batch(_ c: ContainerID) -> String { container(c) + "/batch" }
     public static func changes(_ c: ContainerID) -> String { container(c) + "/changes" }
     public static func changeStream(_ c: ContainerID) -> String { container(c) + "/changes/stream" }
     public static func blob(_ d: ContentDigest) -> String { "/v1/blobs/\(d.hex)" }

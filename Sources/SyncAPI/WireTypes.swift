@@ -10,6 +10,11 @@ public enum SyncProtocol {
     /// The largest content a create or content update may carry inline (`content`, base64 in
     /// the JSON) instead of a separate blob upload: one request per small file, not two.
     public static let maxInlineContent = 256 << 10
+    /// The most creates one `POST /v1/containers/{c}/batch` may carry.
+    public static let maxBatchItems = 64
+    /// The most inline content, summed over its creates, one batch may carry (base64 makes the
+    /// body about a third larger).
+    public static let maxBatchContent = 1 << 20
 }
 
 public struct HealthResponse: Codable, Sendable {
@@ -114,6 +119,31 @@ public struct UpdateContentRequest: Codable, Sendable {
         self.size = size
         self.modified = modified
     }
+}
+
+/// `POST /v1/containers/{c}/batch`: several creates in one request (a folder of small files
+/// copied in). Each is applied as if sent alone to `POST …/items`, in order, and succeeds or
+/// fails on its own; the server commits all that succeed together.
+public struct BatchRequest: Codable, Sendable {
+    public var creates: [CreateItemRequest]
+    public init(creates: [CreateItemRequest]) { self.creates = creates }
+}
+
+/// The answer to a `BatchRequest` (200): one result per create, in request order.
+public struct BatchResponse: Codable, Sendable {
+    public struct Result: Codable, Sendable {
+        /// The created item (or, for a retried create, the one made the first time).
+        public var item: ItemMetadata?
+        /// Why this create was refused: what `POST …/items` would have answered.
+        public var error: APIErrorBody.Detail?
+        public init(item: ItemMetadata? = nil, error: APIErrorBody.Detail? = nil) {
+            self.item = item
+            self.error = error
+        }
+    }
+
+    public var results: [Result]
+    public init(results: [Result]) { self.results = results }
 }
 
 /// `PATCH /v1/containers/{c}/items/{id}`: rename, move, chmod, touch. Absent fields stay.

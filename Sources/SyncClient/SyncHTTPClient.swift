@@ -133,6 +133,18 @@ public final class SyncHTTPClient: Sendable {
         try await call(.POST, APIPath.items(container), json: body)
     }
 
+    public func createItems(_ requests: [CreateItemRequest]) async throws -> [Result<ItemMetadata, RemoteError>] {
+        let answer: BatchResponse = try await call(.POST, APIPath.batch(container), json: BatchRequest(creates: requests))
+        guard answer.results.count == requests.count else {
+            throw RemoteError.protocolError("the server answered \(answer.results.count) results for a batch of \(requests.count)")
+        }
+        return try answer.results.map { result in
+            if let item = result.item { return .success(item) }
+            guard let e = result.error else { throw RemoteError.protocolError("a batch result with neither item nor error") }
+            return .failure(.refused(code: e.code, message: e.message, current: e.current))
+        }
+    }
+
     public func updateContent(_ id: ItemID, _ body: UpdateContentRequest) async throws -> ItemMetadata {
         try await call(.PUT, APIPath.content(container, id), json: body)
     }

@@ -23,34 +23,45 @@ extension SyncEngine {
     /// or the server cannot be reached.
     ///
     /// Uploads of different files whose folders are already on the server are independent:
-    /// up to `parallelUploads` of them are in flight at once, and a new one starts as soon as
-    /// any finishes (a sliding window: a slow upload does not hold back the ones after it),
-    /// since each spends most of its time waiting on round trips. Any other entry waits until
-    /// nothing is in flight and then goes alone, in its turn.
+    /// up to `parallelUploads` requests carrying them are in flight at once, and a new one
+    /// starts as soon as any finishes (a sliding window: a slow upload does not hold back the
+    /// ones after it), since each spends most of its time waiting on round trips. New small
+    /// files next to each other in the queue share one request (`sendBatch`): a folder of
+    /// them copied in costs a request and a commit per batch, not per file. Any other entry
+    /// waits until nothing is in flight and then goes alone, in its turn.
     func drainOutbox() async {
         var skipped: Set<Int64> = []
         var batch: [OutboxEntry] = []
         var offline = false
         // Entries handed to a task: still in the database until their task removes them.
         var inFlight: [Int64: Int64] = [:]  // seq: ino
+        var running = 0
 
-        func settle(_ seq: Int64, _ ino: Int64, _ outcome: Outcome?) {
-            inFlight[seq] = nil
-            guard let outcome else { return }
-            switch outcome {
-            case .done: break
-            case .again: skipped.insert(seq)
-            case .later(let why, let delay, let isOffline):
-                deferEntry(seq, ino: ino, why: why, delay: delay, offline: isOffline)
-                skipped.insert(seq)
-                if isOffline {
-                    offline = true
-                    setConnected(false, error: why)
+        func settle(_ results: [(seq: Int64, ino: Int64, outcome: Outcome?)]) {
+            for (seq, ino, outcome) in results {
+                inFlight[seq] = nil
+                guard let outcome else { continue }
+                switch outcome {
+                case .done: break
+                case .again: skipped.insert(seq)
+                case .later(let why, let delay, let isOffline):
+                    deferEntry(seq, ino: ino, why: why, delay: delay, offline: isOffline)
+                    skipped.insert(seq)
+                    if isOffline {
+                        offline = true
+                        setConnected(false, error: why)
+                    }
                 }
             }
         }
 
-        await withTaskGroup(of: (Int64, Int64, Outcome?).self) { tasks in
+        await withTaskGroup(of: [(seq: Int64, ino: Int64, outcome: Outcome?)].self) { tasks in
+            func waitForOne() async -> Bool {
+                guard let results = await tasks.next() else { return false }
+                running -= 1
+                settle(results)
+                return true
+            }
             while !Task.isCancelled && !offline {
                 if batch.isEmpty {
                     // A batch per read: a queue of thousands is read once per hundred entries,
@@ -65,25 +76,31 @@ extension SyncEngine {
                     }
                     if batch.isEmpty {
                         // Nothing new: wait for one in flight (it may queue more), or stop.
-                        guard let (seq, ino, outcome) = await tasks.next() else { break }
-                        settle(seq, ino, outcome)
-                        continue
+                        if await waitForOne() { continue }
+                        break
                     }
                 }
                 let next = batch[0]
                 // A full window can only wait for a slot: no need to ask about the next entry.
-                let independent = inFlight.count < Self.parallelUploads && next.op == .content
-                    && !inFlight.values.contains(next.ino) && (try? independentUpload(next)) == true
-                if independent {
-                    batch.removeFirst()
-                    inFlight[next.seq] = next.ino
+                let shape = running < Self.parallelUploads && next.op == .content && !inFlight.values.contains(next.ino)
+                    ? (try? uploadShape(next)) ?? .dependent : .dependent
+                if shape != .dependent {
+                    var group = [batch.removeFirst()]
+                    if shape == .smallCreate {
+                        let more = (try? smallCreatesFollowing(group[0], in: batch, skipping: Set(inFlight.values))) ?? 0
+                        group += batch.prefix(more)
+                        batch.removeFirst(more)
+                    }
+                    for entry in group { inFlight[entry.seq] = entry.ino }
+                    running += 1
                     tasks.addTask {
+                        if group.count > 1 { return await self.sendBatch(group) }
                         // Read again: sent or dropped meanwhile (an earlier entry's handling may
                         // do either), or updated (a deletion's base revision).
-                        guard let entry = try? self.store.read({ try $0.outboxEntry(next.seq) }) else { return (next.seq, next.ino, nil) }
-                        return (entry.seq, entry.ino, await self.runToCompletion(entry))
+                        guard let entry = try? self.store.read({ try $0.outboxEntry(next.seq) }) else { return [(next.seq, next.ino, nil)] }
+                        return [(entry.seq, entry.ino, await self.runToCompletion(entry))]
                     }
-                } else if inFlight.isEmpty {
+                } else if running == 0 {
                     batch.removeFirst()
                     let outcome: Outcome?
                     if let entry = try? store.read({ try $0.outboxEntry(next.seq) }) {
@@ -91,31 +108,22 @@ extension SyncEngine {
                     } else {
                         outcome = nil
                     }
-                    settle(next.seq, next.ino, outcome)
-                } else if let (seq, ino, outcome) = await tasks.next() {
+                    settle([(next.seq, next.ino, outcome)])
+                } else {
                     // The window is full, or the next entry must go alone: wait for a slot.
-                    settle(seq, ino, outcome)
+                    _ = await waitForOne()
                 }
             }
             // Offline or cancelled: let what is in flight finish and record how it went.
-            while let (seq, ino, outcome) = await tasks.next() { settle(seq, ino, outcome) }
+            while await waitForOne() {}
         }
     }
 
-    /// Six uploads at a time: enough to hide round trips on a fast link, few enough not to
+    /// Six requests at a time: enough to hide round trips on a fast link, few enough not to
     /// starve the mount's other work on a small machine.
     static let parallelUploads = 6
 
     static let dedupThreshold: Int64 = 1 << 20
-
-    /// An upload that depends on no other queued change: its file's folder is on the server.
-    func independentUpload(_ entry: OutboxEntry) throws -> Bool {
-        try store.read { r in
-            guard let item = try r.item(entry.ino), let parent = item.parent else { return false }
-            if parent == LocalItem.rootIno { return true }
-            return try r.item(parent)?.revision != nil
-        }
-    }
 
     func runToCompletion(_ entry: OutboxEntry) async -> Outcome {
         var outcome = await run(entry)
@@ -291,40 +299,44 @@ extension SyncEngine {
         return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
     }
 
-    /// Records a successful upload, unless the item changed identity meanwhile (a safe save
-    /// gave it another item's id): then what went up belongs to nobody and is removed, and the
-    /// content goes up again under the new identity.
-    ///
-    /// One transaction records the result, queues what changed while it was in flight, and
-    /// removes the entry `seq` that was sent: one commit per uploaded file, not three.
+    /// Records a successful upload, in one transaction with what changed while it was in
+    /// flight and the removal of its entry `seq`: one commit per uploaded file, not three.
     func finishUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64) throws -> Outcome {
-        let followUps = try store.write { w -> Bool in
-            try w.dequeue(seq)
-            guard var now = try w.reader.item(item.ino) else {
-                try w.updatePendingDelete(of: result.id, revision: result.revision)
-                return item.revision == nil ? try followUpCreate(item, result, w) : false
-            }
-            guard now.itemID == result.id else {
-                if try !w.reader.hasPendingDelete(of: result.id) {
-                    try w.enqueue(.delete, ino: item.ino, itemID: result.id, revision: result.revision)
-                }
-                try w.enqueue(.content, ino: item.ino)
-                return true
-            }
-            now.revision = result.revision
-            now.serverDigest = digest
-            now.uploadError = nil
-            if state.withLock({ $0.writeGenerations[item.ino] ?? 0 }) == generation && now.content == .dirty {
-                now.content = .current
-            }
-            now.cachedBytes = max(now.cachedBytes, size)
-            try w.update(now)
-            return item.revision == nil ? try followUpCreate(item, result, w) : false
+        let followUps = try store.write { w in
+            try recordUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq, w)
         }
         if followUps { outboxSignal.yield() }
         setConnected(true, error: nil)
         observer.event(MountEvent(kind: "uploaded", path: try store.read { try $0.path(of: item.ino) }))
         return .done
+    }
+
+    /// An upload's result, inside the caller's transaction, unless the item changed identity
+    /// meanwhile (a safe save gave it another item's id): then what went up belongs to nobody
+    /// and is removed, and the content goes up again under the new identity. True when
+    /// something more was queued.
+    func recordUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64, _ w: LocalWriter) throws -> Bool {
+        try w.dequeue(seq)
+        guard var now = try w.reader.item(item.ino) else {
+            try w.updatePendingDelete(of: result.id, revision: result.revision)
+            return item.revision == nil ? try followUpCreate(item, result, w) : false
+        }
+        guard now.itemID == result.id else {
+            if try !w.reader.hasPendingDelete(of: result.id) {
+                try w.enqueue(.delete, ino: item.ino, itemID: result.id, revision: result.revision)
+            }
+            try w.enqueue(.content, ino: item.ino)
+            return true
+        }
+        now.revision = result.revision
+        now.serverDigest = digest
+        now.uploadError = nil
+        if state.withLock({ $0.writeGenerations[item.ino] ?? 0 }) == generation && now.content == .dirty {
+            now.content = .current
+        }
+        now.cachedBytes = max(now.cachedBytes, size)
+        try w.update(now)
+        return item.revision == nil ? try followUpCreate(item, result, w) : false
     }
 
     func sendDelete(_ entry: OutboxEntry) async throws -> Outcome {

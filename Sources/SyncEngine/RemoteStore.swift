@@ -36,6 +36,10 @@ public protocol RemoteStore: Sendable {
     func uploadBlob(_ digest: ContentDigest, size: Int64, fromFile path: String) async throws
 
     func createItem(_ request: CreateItemRequest) async throws -> ItemMetadata
+    /// Several creates in one request (at most `SyncProtocol.maxBatchItems`): one result per
+    /// create, in order. A refused create is its `.failure` and the others still happen; what
+    /// fails the whole request (offline, unauthorized) is thrown, as by a single call.
+    func createItems(_ requests: [CreateItemRequest]) async throws -> [Result<ItemMetadata, RemoteError>]
     func updateContent(_ id: ItemID, _ request: UpdateContentRequest) async throws -> ItemMetadata
     func updateItem(_ id: ItemID, _ request: UpdateItemRequest) async throws -> ItemMetadata
     func deleteItem(_ id: ItemID, base: Revision, recursive: Bool) async throws -> [ItemMetadata]

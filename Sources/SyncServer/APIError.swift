@@ -26,7 +26,7 @@ struct APIError: Error, HTTPResponseError {
     }
 
     func makeResponse() -> Response {
-        let body = APIErrorBody(.init(code: code, message: message, current: current))
+        let body = APIErrorBody(detail)
         // Encoding these plain values cannot fail; an empty body would still carry the status.
         let data = (try? JSONEncoder().encode(body)) ?? Data()
         var headers: HTTPFields = [.contentType: "application/json"]
@@ -85,28 +85,41 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
-        } catch let error as APIError {
-            throw error
-        } catch let error as StorageError {
-            throw APIError(error)
-        } catch let error as BlobStoreError {
-            throw APIError(error)
-        } catch is NIOTooManyBytesError {
-            throw APIError(.payloadTooLarge, "the request body is larger than this server accepts")
-        } catch let error as DecodingError {
-            throw APIError(.invalidRequest, "malformed JSON: \(Self.describe(error))")
-        } catch let error as HTTPError {
-            switch error.status {
-            case .notFound: throw APIError(.routeNotFound, "no route \(request.method) \(request.uri.path)")
-            case .contentTooLarge: throw APIError(.payloadTooLarge, "the request body is larger than this server accepts")
-            case .methodNotAllowed: throw APIError(.methodNotAllowed, "\(request.method) is not allowed on \(request.uri.path)")
-            default: throw APIError(.invalidRequest, error.body ?? "bad request (\(error.status.code))")
-            }
         } catch {
-            context.logger.error("request failed", metadata: ["http.path": "\(request.uri.path)", "error": "\(error)"])
-            throw APIError(.internalError, "internal error")
+            if let mapped = try? APIError(mapping: error) { throw mapped }
+            switch error {
+            case let error as DecodingError:
+                throw APIError(.invalidRequest, "malformed JSON: \(APIError.describe(error))")
+            case is NIOTooManyBytesError:
+                throw APIError(.payloadTooLarge, "the request body is larger than this server accepts")
+            case let error as HTTPError:
+                switch error.status {
+                case .notFound: throw APIError(.routeNotFound, "no route \(request.method) \(request.uri.path)")
+                case .contentTooLarge: throw APIError(.payloadTooLarge, "the request body is larger than this server accepts")
+                case .methodNotAllowed: throw APIError(.methodNotAllowed, "\(request.method) is not allowed on \(request.uri.path)")
+                default: throw APIError(.invalidRequest, error.body ?? "bad request (\(error.status.code))")
+                }
+            default:
+                context.logger.error("request failed", metadata: ["http.path": "\(request.uri.path)", "error": "\(error)"])
+                throw APIError(.internalError, "internal error")
+            }
         }
     }
+}
+
+extension APIError {
+    /// The refusals a single operation inside a request can meet (a batch answers them per
+    /// create); anything else is rethrown, to fail the whole request.
+    init(mapping error: any Error) throws {
+        switch error {
+        case let error as APIError: self = error
+        case let error as StorageError: self.init(error)
+        case let error as BlobStoreError: self.init(error)
+        default: throw error
+        }
+    }
+
+    var detail: APIErrorBody.Detail { .init(code: code, message: message, current: current) }
 
     static func describe(_ error: DecodingError) -> String {
         switch error {

@@ -16,7 +16,11 @@ public struct SyncServerConfiguration: Sendable {
     /// proxies keep the connection open.
     public var keepAliveInterval: Duration
 
-    public init(maxUploadBytes: Int64 = 64 << 30, maxJSONBytes: Int = 1 << 20, keepAliveInterval: Duration = .seconds(15)) {
+    /// 4 MiB: a batch's JSON, with up to `SyncProtocol.maxBatchContent` of base64 content.
+    public var maxBatchBytes: Int
+
+    public init(maxUploadBytes: Int64 = 64 << 30, maxJSONBytes: Int = 1 << 20, maxBatchBytes: Int = 4 << 20, keepAliveInterval: Duration = .seconds(15)) {
+        self.maxBatchBytes = maxBatchBytes
         self.maxUploadBytes = maxUploadBytes
         self.maxJSONBytes = maxJSONBytes
         self.keepAliveInterval = keepAliveInterval
@@ -71,6 +75,7 @@ public struct SyncServer: Sendable {
             let c = try await container(context)
             return try json(ItemList(items: try await storage.metadata.children(of: try itemID(context), in: c)))
         }
+        router.post("/v1/containers/:container/batch") { request, context in try await createBatch(request, context) }
         router.post("/v1/containers/:container/items") { request, context in
             try await createItem(request, context)
         }
@@ -175,27 +180,95 @@ public struct SyncServer: Sendable {
         // Read and check the request before the container is created on first use: a refused
         // request changes nothing, not even that.
         let body = try await decode(CreateItemRequest.self, request)
+        let new = try newItem(body)
+        if let content = body.content { try await storeInline(content, declared: new.digest!, context) }
+        let c = try await container(context, create: new.parentID == .root)
+        let item = try await storage.metadata.createItem(new, in: c)
+        hub.publish(container: c.key)
+        return try json(item, status: .created)
+    }
+
+    /// A create as the storage layer takes it, once the request is checked.
+    func newItem(_ body: CreateItemRequest) throws -> NewItem {
         let name = try validName(body.name)
         let parentID = try wellFormed(body.parentID)
         if body.kind == .folder && (body.digest != nil || (body.size ?? 0) != 0) {
             throw APIError(.invalidRequest, "a folder has no content: omit digest and size")
         }
         if let content = body.content {
-            guard body.kind == .file, let digest = body.digest else {
+            guard body.kind == .file, body.digest != nil else {
                 throw APIError(.invalidRequest, "inline content needs a file and the digest it hashes to")
             }
-            try await storeInline(content, declared: digest, context)
+            guard content.count <= SyncProtocol.maxInlineContent else {
+                throw APIError(.payloadTooLarge, "inline content is at most \(SyncProtocol.maxInlineContent) bytes; upload it as a blob")
+            }
         }
-        let c = try await container(context, create: parentID == .root)
         let now = WallClock.now()
-        let new = NewItem(
+        return NewItem(
             id: try body.id.map(wellFormed) ?? ItemID.random(), parentID: parentID,
             name: name, kind: body.kind, digest: body.digest, declaredSize: body.size,
             mode: (body.mode ?? ItemMetadata.defaultMode(for: body.kind)) & 0o7777,
             created: body.created ?? now, modified: body.modified ?? body.created ?? now, xattrs: body.xattrs ?? [:])
-        let item = try await storage.metadata.createItem(new, in: c)
-        hub.publish(container: c.key)
-        return try json(item, status: .created)
+    }
+
+    /// Several creates in one request and, for those that succeed, one commit. Each create is
+    /// checked, its inline content stored, and applied exactly as `createItem` would; a refused
+    /// one is answered in its own result and changes nothing.
+    func createBatch(_ request: Request, _ context: ServerContext) async throws -> Response {
+        let account = try context.requireAccount()
+        var request = request
+        let buffer = try await request.collectBody(upTo: configuration.maxBatchBytes)
+        let body = try JSONDecoder().decode(BatchRequest.self, from: Data(buffer.readableBytesView))
+        guard body.creates.count <= SyncProtocol.maxBatchItems else {
+            throw APIError(.payloadTooLarge, "a batch holds at most \(SyncProtocol.maxBatchItems) creates; this one has \(body.creates.count)")
+        }
+        let contentBytes = body.creates.reduce(0) { $0 + ($1.content?.count ?? 0) }
+        guard contentBytes <= SyncProtocol.maxBatchContent else {
+            throw APIError(.payloadTooLarge, "a batch carries at most \(SyncProtocol.maxBatchContent) bytes of inline content; this one has \(contentBytes)")
+        }
+        var results = [BatchResponse.Result?](repeating: nil, count: body.creates.count)
+        var checked: [(index: Int, item: NewItem)] = []
+        for (index, create) in body.creates.enumerated() {
+            do { checked.append((index, try newItem(create))) } catch {
+                results[index] = .init(error: try APIError(mapping: error).detail)
+            }
+        }
+        // The contents, stored side by side: each commit waits for its own fsyncs.
+        let stored = await withTaskGroup(of: (Int, Result<(digest: ContentDigest, size: Int64), any Error>).self) { group in
+            for (index, _) in checked {
+                guard let content = body.creates[index].content, let digest = body.creates[index].digest else { continue }
+                group.addTask {
+                    do { return (index, .success(try await commitInline(content, declared: digest))) } catch { return (index, .failure(error)) }
+                }
+            }
+            var out: [Int: Result<(digest: ContentDigest, size: Int64), any Error>] = [:]
+            for await (index, result) in group { out[index] = result }
+            return out
+        }
+        var blobs: [(digest: ContentDigest, size: Int64)] = []
+        for (index, result) in stored {
+            switch result {
+            case .success(let blob): blobs.append(blob)
+            case .failure(let error): results[index] = .init(error: try APIError(mapping: error).detail)
+            }
+        }
+        checked.removeAll { results[$0.index] != nil }
+        if !checked.isEmpty {
+            let c = try await container(context, create: checked.contains { $0.item.parentID == .root })
+            let created = try await storage.metadata.createItems(checked.map(\.item), blobs: blobs, in: c)
+            for ((index, _), result) in zip(checked, created) {
+                switch result {
+                case .success(let item): results[index] = .init(item: item)
+                case .failure(let error): results[index] = .init(error: APIError(error).detail)
+                }
+            }
+            hub.publish(container: c.key)
+        } else if !blobs.isEmpty {
+            // Nothing was created, but the content is stored: it belongs to the account, as after
+            // a separate upload.
+            for blob in blobs { try await storage.metadata.recordBlob(blob.digest, size: blob.size, for: account) }
+        }
+        return try json(BatchResponse(results: results.map { $0! }))
     }
 
     func uploadBlob(_ request: Request, _ context: ServerContext) async throws -> Response {
@@ -232,16 +305,21 @@ public struct SyncServer: Sendable {
     /// The blob is durable on disk before the account is given access to it, and both before
     /// the answer: an acknowledged upload survives a crash.
     func store(_ writer: any BlobWriter, expecting declared: ContentDigest, for account: AccountRef) async throws -> (digest: ContentDigest, size: Int64) {
+        let (digest, size) = try await commit(writer, expecting: declared)
+        try await storage.metadata.recordBlob(digest, size: size, for: account)
+        return (digest, size)
+    }
+
+    /// The blob's commit alone, on a dispatch thread.
+    func commit(_ writer: any BlobWriter, expecting declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
         // The writer belongs to this request alone; it moves to the thread and back.
         struct Owned: @unchecked Sendable { let writer: any BlobWriter }
         let owned = Owned(writer: writer)
-        let (digest, size) = try await withCheckedThrowingContinuation { continuation in
+        return try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
                 continuation.resume(with: Result { try owned.writer.commit(expecting: declared) })
             }
         }
-        try await storage.metadata.recordBlob(digest, size: size, for: account)
-        return (digest, size)
     }
 
     /// Stores content sent inline with a create or an update, exactly as an upload of it to
@@ -249,6 +327,12 @@ public struct SyncServer: Sendable {
     /// given to the account.
     func storeInline(_ content: Data, declared: ContentDigest, _ context: ServerContext) async throws {
         let account = try context.requireAccount()
+        let (digest, size) = try await commitInline(content, declared: declared)
+        try await storage.metadata.recordBlob(digest, size: size, for: account)
+    }
+
+    /// Inline content hashed against its declared digest and made durable; not yet the account's.
+    func commitInline(_ content: Data, declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
         guard content.count <= SyncProtocol.maxInlineContent else {
             throw APIError(.payloadTooLarge, "inline content is at most \(SyncProtocol.maxInlineContent) bytes; upload it as a blob")
         }
@@ -259,7 +343,7 @@ public struct SyncServer: Sendable {
         } catch let error as BlobStoreError {
             throw APIError(error)
         }
-        _ = try await store(writer, expecting: declared, for: account)
+        return try await commit(writer, expecting: declared)
     }
 
     /// Streams a blob, honouring a single `Range` and `If-Range` (by ETag, the digest).

@@ -29,7 +29,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     /// The calls a client makes; the keys of the counters, gates and injected failures.
     public enum Operation: String, Sendable, Hashable, CaseIterable {
         case ensureContainer, changes, changeStream, item, download, hasBlob, uploadBlob
-        case createItem, updateContent, updateItem, deleteItem, setXattrs
+        case createItem, createItems, updateContent, updateItem, deleteItem, setXattrs
     }
 
     /// A path's entry in `tree()`.
@@ -449,6 +449,23 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         defer { answer(.createItem) }
         if let content = request.content { try storeInline(content, declared: request.digest) }
         return try deliver(.createItem, try mutate { s in try s.create(request, now: Self.now()) })
+    }
+
+    /// Each create as `createItem` would do it (a refusal is its result); a lost answer or the
+    /// server going away fails the whole batch, after what was done is done.
+    public func createItems(_ requests: [CreateItemRequest]) async throws -> [Result<ItemMetadata, RemoteError>] {
+        try await enter(.createItems)
+        defer { answer(.createItems) }
+        var results: [Result<ItemMetadata, RemoteError>] = []
+        for request in requests {
+            do {
+                if let content = request.content { try storeInline(content, declared: request.digest) }
+                results.append(.success(try mutate { s in try s.create(request, now: Self.now()) }))
+            } catch let error as RemoteError {
+                if case .refused = error { results.append(.failure(error)) } else { throw error }
+            }
+        }
+        return try deliver(.createItems, results)
     }
 
     public func updateContent(_ id: ItemID, _ request: UpdateContentRequest) async throws -> ItemMetadata {

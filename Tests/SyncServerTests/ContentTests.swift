@@ -119,6 +119,51 @@ import Testing
         }
     }
 
+    @Test func aBatchCreatesEachFileOnItsOwnAndAnswersInOrder() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            _ = try await a.createFile(c, name: "taken.txt", content: Data("already here"))
+            func create(_ name: String, _ text: String, claimed: String? = nil) -> CreateItemRequest {
+                let content = Data(text.utf8)
+                return CreateItemRequest(parentID: .root, name: name, kind: .file, digest: sha256(Data((claimed ?? text).utf8)),
+                                         size: Int64(content.count), id: ItemID.random(), content: content)
+            }
+            let creates = [
+                create("one.txt", "first"),
+                create("taken.txt", "second"),  // the name is taken: refused alone
+                create("lie.txt", "sent", claimed: "claimed"),  // does not hash to its digest
+                create("bad/name", "slash"),
+                create("two.txt", "third"),
+            ]
+            let answer = try await a.json(.POST, APIPath.batch(c), BatchRequest(creates: creates))
+            #expect(answer.status == 200)
+            let results = try answer.decode(BatchResponse.self).results
+            #expect(results.count == 5)
+            #expect(results[0].item?.name == "one.txt" && results[0].item?.digest == sha256(Data("first".utf8)))
+            #expect(results[1].error?.code == .nameExists && results[1].error?.current?.name == "taken.txt")
+            #expect(results[2].error?.code == .digestMismatch)
+            #expect(results[3].error?.code == .invalidName)
+            #expect(results[4].item?.name == "two.txt" && results[4].item?.id == creates[4].id)
+            #expect(try await a.send(.GET, APIPath.content(c, results[4].item!.id)).body == Data("third".utf8))
+            #expect(try await a.send(.HEAD, APIPath.blob(sha256(Data("sent".utf8)))).status == 404, "refused content is not kept")
+            let listed = try await a.send(.GET, APIPath.children(c, .root)).decode(ItemList.self).items.map(\.name).sorted()
+            #expect(listed == ["one.txt", "taken.txt", "two.txt"])
+            // Sent again (its answer was lost): the same items come back, nothing doubles.
+            let again = try await a.json(.POST, APIPath.batch(c), BatchRequest(creates: [creates[0], creates[4]]))
+            #expect(try again.decode(BatchResponse.self).results.map(\.item?.id) == [creates[0].id, creates[4].id])
+            // The whole batch is refused when it is over its limits.
+            let many = (0...SyncProtocol.maxBatchItems).map { create("f\($0)", "x") }
+            let tooMany = try await a.json(.POST, APIPath.batch(c), BatchRequest(creates: many))
+            #expect(tooMany.status == 413 && tooMany.errorCode == .payloadTooLarge)
+            let chunk = String(repeating: "y", count: SyncProtocol.maxInlineContent)
+            let heavy = (0..<5).map { create("h\($0)", chunk + "\($0)") }
+            let tooHeavy = try await a.json(.POST, APIPath.batch(c), BatchRequest(creates: heavy))
+            #expect(tooHeavy.status == 413 && tooHeavy.errorCode == .payloadTooLarge)
+            let after = try await a.send(.GET, APIPath.children(c, .root)).decode(ItemList.self).items.count
+            #expect(after == 3, "a refused batch creates nothing")
+        }
+    }
+
     @Test func downloadsHonourRanges() async throws {
         try await withLive { live in
             let (a, c) = (live.alice, live.c)

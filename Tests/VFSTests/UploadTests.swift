@@ -41,6 +41,42 @@ struct UploadTests {
         #expect(try h.pending(ino) == [.content])
     }
 
+    @Test("new small files go up in batches; one the server refuses is handled on its own")
+    func smallFilesGoUpInBatches() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        // Another device has a file this one has not heard of under one of the names.
+        try h.remote.otherDevice.createFile("f08.txt", content: Array("theirs".utf8))
+        var expected: [String: [UInt8]] = [:]
+        let folder = try h.mkdir("dir")
+        for i in 0..<40 {
+            let name = String(format: "f%02d.txt", i)
+            let content = pattern(3_000 + i, seed: UInt8(i))
+            _ = try h.writeNewFile(name, in: i % 2 == 0 ? rootIno : folder, content)
+            expected[i % 2 == 0 ? "/\(name)" : "/dir/\(name)"] = content
+        }
+        try await h.running([.outbox]) {
+            try await eventually("the outbox to drain") { try h.outbox().isEmpty }
+        }
+        let tree = h.remote.tree()
+        for (path, content) in expected where path != "/f08.txt" {
+            #expect(tree[path]?.digest == sha(content), "\(path) is on the server")
+        }
+        // Ours was kept beside theirs, as a conflicted copy; theirs is untouched.
+        #expect(tree["/f08.txt"]?.digest == sha(Array("theirs".utf8)))
+        #expect(tree.contains { $0.key.hasPrefix("/f08 (conflicted copy from") && $0.value.digest == sha(expected["/f08.txt"]!) },
+                "\(tree.keys.sorted().filter { $0.hasPrefix("/f08") })")
+        // Batches carried the files (the folder's create and the refused one went alone).
+        let batches = h.remote.calls(.createItems)
+        #expect(batches >= 1 && batches <= 10, "\(batches) batches for 40 files")
+        #expect(h.remote.calls(.createItem) <= 4)
+        for path in expected.keys where path != "/f08.txt" {
+            let ino = try h.requireIno(path)
+            #expect(try h.local(ino)?.content == .current)
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+        }
+    }
+
     @Test("a closed file reaches the server with the same SHA-256, and its status turns uploaded")
     func uploadReachesServer() async throws {
         let h = try Harness()

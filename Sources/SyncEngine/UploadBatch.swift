@@ -1,0 +1,176 @@
+import Crypto
+import Foundation
+import ItemModel
+import LocalState
+import SyncAPI
+
+/// New small files travel in batches: `POST …/batch` carries up to `SyncProtocol.maxBatchItems`
+/// creates with their content inline, and the answer is recorded in one local transaction.
+/// Anything out of the ordinary about one of them (the server refused it, it grew, it changed
+/// while being read) sends that one alone afterwards, through the path that handles it.
+extension SyncEngine {
+    /// How an outbox entry may travel.
+    enum UploadShape: Equatable {
+        /// It waits for the entries before it (not an upload, or its folder is not on the server yet).
+        case dependent
+        /// An upload on its own in the window.
+        case single
+        /// A new file small enough to go inline: it may share a batch with its neighbours.
+        case smallCreate
+    }
+
+    func uploadShape(_ entry: OutboxEntry) throws -> UploadShape {
+        try store.read { r in try Self.uploadShape(entry, r) }
+    }
+
+    static func uploadShape(_ entry: OutboxEntry, _ r: LocalReader) throws -> UploadShape {
+        guard entry.op == .content, let item = try r.item(entry.ino), let parent = item.parent else { return .dependent }
+        if parent != LocalItem.rootIno, try r.item(parent)?.revision == nil { return .dependent }
+        return item.kind == .file && item.revision == nil && item.size <= Int64(SyncProtocol.maxInlineContent) ? .smallCreate : .single
+    }
+
+    /// How many of the entries after `first` (the head of `queue`) may join its batch: the run
+    /// of small creates that follows it, within the batch's limits, none of them a file already
+    /// in flight (`busy`) or twice in the run.
+    func smallCreatesFollowing(_ first: OutboxEntry, in queue: [OutboxEntry], skipping busy: Set<Int64>) throws -> Int {
+        try store.read { r in
+            var inos: Set<Int64> = [first.ino]
+            var bytes = try r.item(first.ino)?.size ?? 0
+            var count = 0
+            for entry in queue.prefix(SyncProtocol.maxBatchItems - 1) {
+                guard !busy.contains(entry.ino), !inos.contains(entry.ino), try Self.uploadShape(entry, r) == .smallCreate,
+                      let size = try r.item(entry.ino)?.size, bytes + size <= Int64(SyncProtocol.maxBatchContent)
+                else { break }
+                inos.insert(entry.ino)
+                bytes += size
+                count += 1
+            }
+            return count
+        }
+    }
+
+    /// One new small file, read and ready to go up.
+    struct PreparedCreate {
+        var entry: OutboxEntry
+        var item: LocalItem
+        var generation: UInt64
+        var digest: ContentDigest
+        var request: CreateItemRequest
+    }
+
+    /// Sends `entries` (small creates, see `smallCreatesFollowing`) in one request.
+    func sendBatch(_ entries: [OutboxEntry]) async -> [(seq: Int64, ino: Int64, outcome: Outcome?)] {
+        var results: [(seq: Int64, ino: Int64, outcome: Outcome?)] = []
+        var alone: [OutboxEntry] = []
+        var prepared: [PreparedCreate] = []
+        do {
+            // Read again, as a single upload does: an entry may be gone, or its file changed.
+            let current = try store.read { r in
+                try entries.map { e -> (OutboxEntry?, LocalItem?, ItemID?) in
+                    guard let entry = try r.outboxEntry(e.seq) else { return (nil, nil, nil) }
+                    guard try Self.uploadShape(entry, r) == .smallCreate, let item = try r.item(entry.ino),
+                          item.content == .dirty, try !r.isExcluded(item.ino), let parent = item.parent
+                    else { return (entry, nil, nil) }
+                    let parentID = parent == LocalItem.rootIno ? ItemID.root : try r.item(parent)?.itemID
+                    return (entry, item, parentID)
+                }
+            }
+            var contentBytes = 0
+            for (index, (entry, item, parentID)) in current.enumerated() {
+                guard let entry else {
+                    results.append((entries[index].seq, entries[index].ino, nil))
+                    continue
+                }
+                guard let item, let parentID else {
+                    alone.append(entry)
+                    continue
+                }
+                let generation = state.withLock { $0.writeGenerations[item.ino] ?? 0 }
+                // A snapshot in memory, never the live file (see sendContent).
+                guard let bytes = try cache.readWhole(item.ino, limit: SyncProtocol.maxInlineContent),
+                      contentBytes + bytes.count <= SyncProtocol.maxBatchContent
+                else {
+                    alone.append(entry)
+                    continue
+                }
+                contentBytes += bytes.count
+                let digest = ContentDigest(bytes: SHA256.hash(data: bytes))
+                prepared.append(PreparedCreate(
+                    entry: entry, item: item, generation: generation, digest: digest,
+                    request: CreateItemRequest(
+                        parentID: parentID, name: item.name, kind: .file, digest: digest, size: Int64(bytes.count), mode: item.mode,
+                        created: item.created, modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs,
+                        id: item.itemID, content: Data(bytes))))
+            }
+        } catch {
+            // The local database or cache failed: each goes alone and meets the error there.
+            return await sendAlone(entries.filter { e in !results.contains { $0.seq == e.seq } }, into: results)
+        }
+        // Changed while being read: the single path snapshots it again.
+        let (unchanged, changed) = prepared.partitioned { p in state.withLock { $0.writeGenerations[p.item.ino] ?? 0 } == p.generation }
+        alone += changed.map(\.entry)
+        prepared = unchanged
+        if prepared.isEmpty { return await sendAlone(alone, into: results) }
+
+        let inos = prepared.map(\.item.ino)
+        state.withLock { s in for ino in inos { s.uploading.insert(ino) } }
+        defer { state.withLock { s in for ino in inos { s.uploading.remove(ino) } } }
+        let answers: [Result<ItemMetadata, RemoteError>]
+        do {
+            try store.write { w in for p in prepared { try w.markStarted(p.entry.seq) } }
+            answers = try await remote.createItems(prepared.map(\.request))
+        } catch let error as RemoteError {
+            switch error {
+            case .unreachable, .unauthorized:
+                let later = Outcome.later(describe(error), after: .seconds(1), offline: true)
+                return results + prepared.map { ($0.entry.seq, $0.entry.ino, later) } + alone.map { ($0.seq, $0.ino, nil) }
+            case .refused, .protocolError:
+                // The batch as a whole was refused: each file goes alone and meets its own answer.
+                return await sendAlone(prepared.map(\.entry) + alone, into: results)
+            }
+        } catch {
+            return await sendAlone(prepared.map(\.entry) + alone, into: results)
+        }
+
+        var created: [(PreparedCreate, ItemMetadata)] = []
+        for (p, answer) in zip(prepared, answers) {
+            switch answer {
+            case .success(let item): created.append((p, item))
+            case .failure: alone.append(p.entry)  // sent again alone, where each refusal is handled
+            }
+        }
+        do {
+            let followUps = try store.write { w in
+                try created.reduce(false) { queued, c in
+                    try recordUpload(c.0.item, result: c.1, digest: c.0.digest, size: c.0.request.size ?? 0,
+                                     generation: c.0.generation, seq: c.0.entry.seq, w) || queued
+                }
+            }
+            if followUps { outboxSignal.yield() }
+            setConnected(true, error: nil)
+            for (p, _) in created {
+                results.append((p.entry.seq, p.entry.ino, .done))
+                observer.event(MountEvent(kind: "uploaded", path: try? store.read { try $0.path(of: p.item.ino) }))
+            }
+        } catch {
+            // Not recorded: they stay queued and go again (the server answers a retried create
+            // with the item it made).
+            let later = Outcome.later("\(error)", after: .seconds(5), offline: false)
+            results += created.map { ($0.0.entry.seq, $0.0.entry.ino, later) }
+        }
+        return await sendAlone(alone, into: results)
+    }
+
+    /// The single path, one after another, for the entries a batch could not carry.
+    func sendAlone(_ entries: [OutboxEntry], into results: [(seq: Int64, ino: Int64, outcome: Outcome?)]) async -> [(seq: Int64, ino: Int64, outcome: Outcome?)] {
+        var results = results
+        for entry in entries {
+            guard let current = try? store.read({ try $0.outboxEntry(entry.seq) }) else {
+                results.append((entry.seq, entry.ino, nil))
+                continue
+            }
+            results.append((current.seq, current.ino, await runToCompletion(current)))
+        }
+        return results
+    }
+}
