@@ -19,12 +19,17 @@ public enum BlobStoreError: Error, Sendable, Equatable {
 /// `kill -9` and power loss. A half-written temp file is never visible under a digest.
 public final class FileBlobStore: BlobStore, Sendable {
     public let root: String
+    /// The root folder, held open: blobs are opened relative to it, so a read does not walk
+    /// (and, with cold caches, read from disk) every folder above the store.
+    let rootFD: Int32
 
     public init(root: String) throws {
         self.root = root
         for dir in [root, root + "/tmp"] {
             if mkdir(dir, 0o700) != 0 && errno != EEXIST { throw BlobStoreError.io(operation: "mkdir \(dir)", errno: errno) }
         }
+        rootFD = open(root, Self.pathOnly | O_DIRECTORY | O_CLOEXEC)
+        guard rootFD >= 0 else { throw BlobStoreError.io(operation: "open \(root)", errno: errno) }
         // Leftovers of uploads cut off by a crash: never acknowledged, safe to drop.
         if let dir = opendir(root + "/tmp") {
             while let entry = readdir(dir) {
@@ -35,8 +40,17 @@ public final class FileBlobStore: BlobStore, Sendable {
         }
     }
 
+    deinit { close(rootFD) }
+
+    /// O_PATH, which Swift's Glibc module does not export: a handle on the folder itself.
+    static let pathOnly: Int32 = 0o10000000
+
     func path(of digest: ContentDigest) -> String {
-        "\(root)/\(digest.hex.prefix(2))/\(digest.hex)"
+        "\(root)/\(relativePath(of: digest))"
+    }
+
+    func relativePath(of digest: ContentDigest) -> String {
+        "\(digest.hex.prefix(2))/\(digest.hex)"
     }
 
     public func makeWriter() throws -> any BlobWriter {
@@ -49,7 +63,7 @@ public final class FileBlobStore: BlobStore, Sendable {
     public func size(of digest: ContentDigest) throws -> Int64? {
         if digest == .empty { return 0 }
         var st = stat()
-        guard stat(path(of: digest), &st) == 0 else {
+        guard fstatat(rootFD, relativePath(of: digest), &st, 0) == 0 else {
             if errno == ENOENT { return nil }
             throw BlobStoreError.io(operation: "stat", errno: errno)
         }
@@ -58,7 +72,7 @@ public final class FileBlobStore: BlobStore, Sendable {
 
     public func openReader(_ digest: ContentDigest) throws -> any BlobReader {
         if digest == .empty { return EmptyBlobReader() }
-        let fd = open(path(of: digest), O_RDONLY | O_CLOEXEC)
+        let fd = openat(rootFD, relativePath(of: digest), O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ENOENT { throw BlobStoreError.notFound(digest) }
             throw BlobStoreError.io(operation: "open", errno: errno)

@@ -50,6 +50,8 @@ public final class Downloads: Sendable {
     /// what the stream delivers in a few milliseconds on loopback, so smaller gaps just wait.
     static let priorityDistance: Int64 = 8 << 20
     static let priorityLength: Int64 = 4 << 20
+    /// What a first read of a file asks for (the kernel's first readahead window is at most this).
+    static let headLength: Int64 = 128 << 10
 
     init(remote: any RemoteStore, cache: ContentCache, store: LocalStore, logger: Logger, onFinished: @escaping @Sendable (Int64) -> Void) {
         self.remote = remote
@@ -179,7 +181,13 @@ public final class Downloads: Sendable {
             defer { close(fd) }
             let sink = CacheFileSink(fd: fd, at: 0) { [self] range in landed(ino, range) }
             try register(sink, ino: ino, generation: generation)
-            try await remote.download(digest, range: 0..<size, receive: sink.receive)
+            // The head first, alone: its answer ends at once, so the server's thread goes idle
+            // and the one waiting for the first bytes (an open) runs at once. In one stream the
+            // server went on to send the next megabytes, and on two cores the waiting thread,
+            // woken on the server's CPU, waited a millisecond for it.
+            let head = min(size, Self.headLength)
+            try await remote.download(digest, range: 0..<head, receive: sink.receive)
+            if head < size { try await remote.download(digest, range: head..<size, receive: sink.receive) }
             guard sink.finish() == size else { throw EngineError.io("the download ended early", EIO) }
             // Checked once everything landed, from the page cache, on a thread of its own: the
             // hash costs as much CPU as the rest of the transfer, and hashing on the connection's

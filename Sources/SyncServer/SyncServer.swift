@@ -381,7 +381,7 @@ public struct SyncServer: Sendable {
             defer { reader.close() }
             // A small first chunk gets the first bytes to the client quickly (a placeholder's
             // open waits for them); then 1 MiB chunks, where per-chunk overhead vanishes.
-            var chunk = 64 * 1024
+            var chunk = 16 * 1024
             var offset = span.lowerBound
             let allocator = ByteBufferAllocator()
             while offset <= span.upperBound {
