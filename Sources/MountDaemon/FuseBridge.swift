@@ -2,6 +2,7 @@ import FuseKit
 import Glibc
 import ItemModel
 import LocalState
+import Synchronization
 import VFS
 
 /// FuseKit ⇄ VFS: converts requests to VFS calls and VFS answers to replies. No file-system
@@ -9,7 +10,8 @@ import VFS
 ///
 /// Metadata requests are answered on the FUSE thread (local database, no network). Requests
 /// that may wait for the network (open of a placeholder, read of bytes not yet here,
-/// truncating a placeholder) move their reply token into a Task.
+/// truncating a placeholder) move their reply token into a Task — except a placeholder opened
+/// for reading, answered by the thread that lands its first bytes.
 struct FuseBridge: FileSystemHandler {
     let fs: FileSystem
 
@@ -114,7 +116,7 @@ struct FuseBridge: FileSystemHandler {
     }
 
     func open(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
-        // Content here: answer on this thread. Only an open that must download first goes to a task.
+        // Content here: answer on this thread. Only an open that must download first waits.
         do {
             if let opened = try fs.openIfLocal(Int64(ino), flags: flags) {
                 if !reply.opened(handle: opened.handle, options: opened.keepCache ? [.keepCache] : []) {
@@ -125,15 +127,27 @@ struct FuseBridge: FileSystemHandler {
         } catch {
             return reply.error(error.errno)
         }
-        var pending: OpenReply? = consume reply
+        let pending = PendingOpen(reply)
         let fs = self.fs
+        // A placeholder opened for reading: answered by the thread that lands its first bytes.
+        do {
+            let started = try fs.openWhileDownloading(Int64(ino), flags: flags) { opened in
+                guard let opened else { return Self.openInTask(fs, ino: ino, flags: flags, pending) }
+                pending.answer(opened, fs)
+            }
+            if started { return }
+        } catch {
+            return pending.fail(error.errno)
+        }
+        Self.openInTask(fs, ino: ino, flags: flags, pending)
+    }
+
+    /// The general open: waits in a task for what it needs, and says why it failed.
+    static func openInTask(_ fs: FileSystem, ino: UInt64, flags: Int32, _ pending: PendingOpen) {
         Task {
-            do {
-                let opened = try await fs.open(Int64(ino), flags: flags)
-                if !pending.take()!.opened(handle: opened.handle, options: opened.keepCache ? [.keepCache] : []) {
-                    fs.release(opened.handle)  // the caller was interrupted: no release will come
-                }
-            } catch { pending.take()!.error((error as? FSError)?.errno ?? EIO) }
+            do { pending.answer(try await fs.open(Int64(ino), flags: flags), fs) } catch {
+                pending.fail((error as? FSError)?.errno ?? EIO)
+            }
         }
     }
 
@@ -251,5 +265,23 @@ struct FuseBridge: FileSystemHandler {
     func removexattr(ino: UInt64, name: [UInt8], context: RequestContext, reply: consuming StatusReply) {
         guard let n = String(validating: name, as: UTF8.self) else { return reply.error(ENODATA) }
         do { try fs.removeXattr(Int64(ino), name: n); reply.success() } catch { reply.error(error.errno) }
+    }
+}
+
+/// An open's reply, answered later from whichever thread gets there.
+final class PendingOpen: Sendable {
+    let reply: Mutex<OpenReply?>
+
+    init(_ reply: consuming OpenReply) { self.reply = Mutex(reply) }
+
+    func answer(_ opened: FileSystem.Opened, _ fs: FileSystem) {
+        guard let reply = reply.withLock({ $0.take() }) else { return }
+        if !reply.opened(handle: opened.handle, options: opened.keepCache ? [.keepCache] : []) {
+            fs.release(opened.handle)  // the caller was interrupted: no release will come
+        }
+    }
+
+    func fail(_ errno: Int32) {
+        reply.withLock { $0.take() }?.error(errno)
     }
 }

@@ -16,7 +16,8 @@ import Synchronization
 public final class Downloads: Sendable {
     struct Waiter {
         let range: Range<Int64>
-        let continuation: CheckedContinuation<Void, Error>
+        /// Called once, outside the lock: nil when the range landed, else why it never will.
+        let resume: @Sendable (Error?) -> Void
     }
 
     struct Active {
@@ -142,7 +143,9 @@ public final class Downloads: Sendable {
                 guard var active = s.active[ino] else { return (true, nil) }
                 let clamped = range.clamped(to: 0..<active.size)
                 if active.ranges.contains(clamped) { return (true, nil) }
-                active.waiters.append(Waiter(range: clamped, continuation: c))
+                active.waiters.append(Waiter(range: clamped) { error in
+                    if let error { c.resume(throwing: error) } else { c.resume() }
+                })
                 var priority: (ContentDigest, Range<Int64>, UInt64)?
                 let streamed = active.ranges.ranges.first.map { $0.lowerBound == 0 ? $0.upperBound : 0 } ?? 0
                 if clamped.lowerBound > streamed + Self.priorityDistance,
@@ -164,6 +167,21 @@ public final class Downloads: Sendable {
         }
     }
 
+    /// Calls `done(true)` once `range` of a running download of `digest` has landed (at once,
+    /// on this thread, when it has), on the thread that landed it: no task waits. `done(false)`
+    /// when no such download runs, or it fails or is cancelled first.
+    func whenLanded(_ range: Range<Int64>, of ino: Int64, digest: ContentDigest, _ done: @escaping @Sendable (Bool) -> Void) {
+        let ready = state.withLock { s -> Bool? in
+            guard var active = s.active[ino], active.digest == digest else { return false }
+            let clamped = range.clamped(to: 0..<active.size)
+            if active.ranges.contains(clamped) { return true }
+            active.waiters.append(Waiter(range: clamped) { error in done(error == nil) })
+            s.active[ino] = active
+            return nil
+        }
+        if let ready { done(ready) }
+    }
+
     public func cancel(_ ino: Int64) {
         let active = state.withLock { s -> Active? in
             guard let a = s.active.removeValue(forKey: ino) else { return nil }
@@ -172,7 +190,7 @@ public final class Downloads: Sendable {
         }
         active?.task?.cancel()
         for sink in active?.sinks ?? [] { sink.cancel() }
-        for w in active?.waiters ?? [] { w.continuation.resume(throwing: EngineError.cancelled) }
+        for w in active?.waiters ?? [] { w.resume(EngineError.cancelled) }
     }
 
     func runSequential(ino: Int64, digest: ContentDigest, size: Int64, generation: UInt64) async {
@@ -246,7 +264,7 @@ public final class Downloads: Sendable {
             s.active[ino] = active
             return done
         }
-        for w in ready { w.continuation.resume() }
+        for w in ready { w.resume(nil) }
     }
 
     func finish(_ ino: Int64, digest: ContentDigest, generation: UInt64, error: Error?) {
@@ -284,9 +302,7 @@ public final class Downloads: Sendable {
             if let r = e as? RemoteError { return EngineError.offline(describe(r)) }
             return e
         }
-        for w in active?.waiters ?? [] {
-            if let failure { w.continuation.resume(throwing: failure) } else { w.continuation.resume() }
-        }
+        for w in active?.waiters ?? [] { w.resume(failure) }
         onFinished(ino)
     }
 }

@@ -70,6 +70,15 @@ extension SyncEngine {
         try await waitForContent(item, range: 0..<min(item.size, 4096))
     }
 
+    /// Starts the download of a placeholder (unless it runs) and calls `done(true)` once its
+    /// first `count` bytes are in the cache file, on the thread that wrote them; `done(false)`
+    /// when they will not come from this download (`waitForContent` then says why, or retries).
+    public func whenFirstBytesLand(_ item: LocalItem, count: Int64, _ done: @escaping @Sendable (Bool) -> Void) {
+        guard let digest = item.serverDigest else { return done(false) }
+        downloads.start(item)
+        downloads.whenLanded(0..<min(item.size, count), of: item.ino, digest: digest, done)
+    }
+
     /// Waits until `range` of the file's current server version is readable from its cache file.
     ///
     /// A remote change may replace the version being fetched (its download is cancelled and a

@@ -214,6 +214,30 @@ public final class FileSystem: Sendable {
         return try finishOpen(item, flags: flags, wasLocal: item.content == .current || item.content == .dirty)
     }
 
+    /// A read-only open of a placeholder, answered without a task: the handle is made and the
+    /// download started here, and `answer` gets the open once the first bytes have landed,
+    /// on the thread that landed them — the hops through tasks were most of the wait for a
+    /// first byte. `answer(nil)` when they did not land (failed, or a newer version replaced
+    /// the download): the handle is gone then, and `open` says why or tries again.
+    /// False: not such an open; the caller uses `open`.
+    public func openWhileDownloading(_ ino: Int64, flags: Int32, answer: @escaping @Sendable (Opened?) -> Void) throws(FSError) -> Bool {
+        let item = try item(ino)
+        guard item.kind == .file, !Self.isWritable(flags), item.content == .placeholder || item.content == .partial,
+              item.serverDigest != nil, item.size > 0
+        else { return false }
+        let opened = try finishOpen(item, flags: flags, wasLocal: false)
+        engine.whenFirstBytesLand(item, count: Self.firstBytes) { [self] landed in
+            if landed { return answer(opened) }
+            release(opened.handle)
+            answer(nil)
+        }
+        return true
+    }
+
+    /// What an open of a placeholder waits for: the start of the file, which is what most
+    /// readers look at first (a file type's magic number, a header).
+    static let firstBytes: Int64 = 4096
+
     static func isWritable(_ flags: Int32) -> Bool {
         let access = flags & O_ACCMODE
         return access == O_WRONLY || access == O_RDWR

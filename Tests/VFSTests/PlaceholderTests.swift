@@ -79,6 +79,41 @@ struct PlaceholderTests {
         }
     }
 
+    @Test("a placeholder opened for reading is answered when its first bytes land; when they cannot, its handle is dropped")
+    func openWhileDownloading() async throws {
+        let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        defer { h.close() }
+        let content = pattern(500_000, seed: 6)
+        try await h.running {
+            try h.remote.otherDevice.createFile("big.bin", content: content)
+            try h.remote.otherDevice.createFile("other.bin", content: pattern(9_000, seed: 7))
+            try await eventually("the files to appear") { try h.ino("/big.bin") != nil && h.ino("/other.bin") != nil }
+            let ino = try h.requireIno("/big.bin")
+            let gate = h.remote.holdDownloads(afterBytes: 0)
+            let answer = Answer()
+            #expect(try h.fs.openWhileDownloading(ino, flags: O_RDONLY) { answer.set($0) })
+            // Held before its first byte: no answer, and the caller's thread was not kept.
+            #expect(answer.value == nil)
+            gate.open()
+            try await eventually("the open to be answered") { answer.value != nil }
+            let opened = try #require(answer.value ?? nil)
+            let head = try await within(.seconds(10), "a read of the first bytes") { try await h.readRange(opened.handle, offset: 0, size: 4096) }
+            #expect(sha(head) == sha(Array(content[..<4096])))
+            h.fs.release(opened.handle)
+            // Not for this path: a writer, or content already here.
+            #expect(try !h.fs.openWhileDownloading(ino, flags: O_RDWR) { _ in })
+
+            let other = try h.requireIno("/other.bin")
+            h.remote.isOnline = false
+            let failed = Answer()
+            #expect(try h.fs.openWhileDownloading(other, flags: O_RDONLY) { failed.set($0) })
+            try await eventually("the failed open to be answered") { failed.value != nil }
+            #expect(failed.value! == nil, "no first bytes: the general open says why")
+            #expect(!h.engine.isOpen(other), "and the handle made for it is gone")
+            h.remote.isOnline = true
+        }
+    }
+
     @Test("a read returns once its own bytes are here, while the rest still downloads")
     func readsStream() async throws {
         let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
@@ -208,4 +243,11 @@ struct PlaceholderTests {
             #expect(try h.local(ino) == nil)
         }
     }
+}
+
+/// What an asynchronous answer delivered, once.
+final class Answer: Sendable {
+    let state = Mutex<FileSystem.Opened??>(nil)
+    func set(_ opened: FileSystem.Opened?) { state.withLock { $0 = .some(opened) } }
+    var value: FileSystem.Opened?? { state.withLock { $0 } }
 }
