@@ -122,8 +122,9 @@ public struct UpdateContentRequest: Codable, Sendable {
 }
 
 /// `POST /v1/containers/{c}/batch`: several creates in one request (a folder of small files
-/// copied in). Each is applied as if sent alone to `POST …/items`, in order, and succeeds or
-/// fails on its own; the server commits all that succeed together.
+/// copied in). Each is checked as if sent alone to `POST …/items` and succeeds or fails on its
+/// own; the server stores all the inline contents first, then applies the creates in order and
+/// commits all that succeed together.
 public struct BatchRequest: Codable, Sendable {
     public var creates: [CreateItemRequest]
     public init(creates: [CreateItemRequest]) { self.creates = creates }

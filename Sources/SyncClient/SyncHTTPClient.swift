@@ -194,7 +194,7 @@ public final class SyncHTTPClient: Sendable {
         do { request = try HTTPClient.Request(url: baseURL + APIPath.blob(digest), method: .GET, headers: headers) } catch {
             throw RemoteError.protocolError("cannot build a request: \(error)")
         }
-        let delegate = DownloadDelegate(rangeStart: range.lowerBound, receive: receive)
+        let delegate = DownloadDelegate(range: range, receive: receive)
         let task = http.execute(request: request, delegate: delegate)
         do {
             try await withTaskCancellationHandler {
@@ -344,18 +344,21 @@ final class DownloadDelegate: HTTPClientResponseDelegate {
 
     struct State {
         var status = 0
-        /// A 200 answers the whole content: the bytes before the range are skipped here.
+        /// A 200 answers the whole content: the bytes before the range are skipped here,
+        /// and those after it (`remaining` counts down) are not handed on.
         var skip: Int64 = 0
+        var remaining: Int64 = .max
         var errorBody = ByteBuffer()
         var receiveError: Error?
     }
 
-    let rangeStart: Int64
+    let range: Range<Int64>
     let receive: @Sendable (UnsafeRawBufferPointer) throws -> Void
     let state = Mutex(State())
 
-    init(rangeStart: Int64, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void) {
-        self.rangeStart = rangeStart
+    /// An empty `range` asks for the whole content.
+    init(range: Range<Int64>, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void) {
+        self.range = range
         self.receive = receive
     }
 
@@ -365,14 +368,15 @@ final class DownloadDelegate: HTTPClientResponseDelegate {
         let status = Int(head.status.code)
         state.withLock { s in
             s.status = status
-            s.skip = status == 200 ? rangeStart : 0
+            s.skip = status == 200 ? range.lowerBound : 0
+            s.remaining = range.isEmpty ? .max : Int64(range.count)
         }
         return task.eventLoop.makeSucceededVoidFuture()
     }
 
     func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
         var buffer = buffer
-        let skip = state.withLock { s -> Int? in
+        let kept = state.withLock { s -> (Int, Int)? in
             guard s.status == 200 || s.status == 206 else {
                 // An error answer: keep up to 1 MiB of its JSON for the message.
                 if s.errorBody.readableBytes < 1 << 20 { s.errorBody.writeImmutableBuffer(buffer) }
@@ -380,10 +384,13 @@ final class DownloadDelegate: HTTPClientResponseDelegate {
             }
             let n = Int(Swift.min(Int64(buffer.readableBytes), s.skip))
             s.skip -= Int64(n)
-            return n
+            let take = Swift.min(Int64(buffer.readableBytes - n), s.remaining)
+            s.remaining -= take
+            return (n, Int(take))
         }
-        guard let skip else { return task.eventLoop.makeSucceededVoidFuture() }
+        guard let (skip, take) = kept else { return task.eventLoop.makeSucceededVoidFuture() }
         buffer.moveReaderIndex(forwardBy: skip)
+        buffer = buffer.getSlice(at: buffer.readerIndex, length: take) ?? ByteBuffer()
         guard buffer.readableBytes > 0 else { return task.eventLoop.makeSucceededVoidFuture() }
         do {
             try buffer.withUnsafeReadableBytes { try receive($0) }

@@ -8,15 +8,16 @@ import Synchronization
 
 /// Downloads content into cache files, and lets readers wait for just the bytes they need.
 ///
-/// One sequential stream per file fills the sparse cache file from the start, and the file is
-/// checked against its digest once complete; a reader far ahead of the stream gets its own
+/// One sequential stream per file (its 128 KiB head, then the rest) fills the sparse cache file
+/// from the start, and the file is checked against its digest once complete; a reader far ahead of the stream gets its own
 /// ranged fetch, so a seek does not wait for the whole prefix. Concurrent readers of one file share its download.
 ///
-/// Guarded by `state` (one Mutex); continuations are resumed after the lock is released.
+/// Guarded by `state` (one Mutex); waiters are called after the lock is released (a waiter that
+/// is told its range landed runs on the thread that landed it, inside that writer's lock).
 public final class Downloads: Sendable {
     struct Waiter {
         let range: Range<Int64>
-        /// Called once, outside the lock: nil when the range landed, else why it never will.
+        /// Called once, outside `state`'s lock: nil when the range landed, else why it never will.
         let resume: @Sendable (Error?) -> Void
     }
 
@@ -175,7 +176,12 @@ public final class Downloads: Sendable {
             guard var active = s.active[ino], active.digest == digest else { return false }
             let clamped = range.clamped(to: 0..<active.size)
             if active.ranges.contains(clamped) { return true }
-            active.waiters.append(Waiter(range: clamped) { error in done(error == nil) })
+            active.waiters.append(Waiter(range: clamped) { error in
+                // Landed: at once, on the landing thread (the point of this call). Not landed:
+                // on a thread of its own, since a cancel may come from inside a transaction or
+                // a writer's lock, and the caller then releases a handle and starts a task.
+                if error == nil { done(true) } else { DispatchQueue.global().async { done(false) } }
+            })
             s.active[ino] = active
             return nil
         }

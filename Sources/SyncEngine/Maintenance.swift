@@ -67,17 +67,21 @@ extension SyncEngine {
     /// placeholder that cannot be downloaded fails at once instead of hanging a later read.
     public func prepareForReading(_ item: LocalItem) async throws {
         guard item.kind == .file, item.content == .placeholder || item.content == .partial || item.content == .stale else { return }
-        try await waitForContent(item, range: 0..<min(item.size, 4096))
+        try await waitForContent(item, range: 0..<min(item.size, Self.firstBytes))
     }
 
     /// Starts the download of a placeholder (unless it runs) and calls `done(true)` once its
-    /// first `count` bytes are in the cache file, on the thread that wrote them; `done(false)`
+    /// first bytes (`firstBytes`) are in the cache file, on the thread that wrote them; `done(false)`
     /// when they will not come from this download (`waitForContent` then says why, or retries).
-    public func whenFirstBytesLand(_ item: LocalItem, count: Int64, _ done: @escaping @Sendable (Bool) -> Void) {
+    public func whenFirstBytesLand(_ item: LocalItem, _ done: @escaping @Sendable (Bool) -> Void) {
         guard let digest = item.serverDigest else { return done(false) }
         downloads.start(item)
-        downloads.whenLanded(0..<min(item.size, count), of: item.ino, digest: digest, done)
+        downloads.whenLanded(0..<min(item.size, Self.firstBytes), of: item.ino, digest: digest, done)
     }
+
+    /// What an open of a placeholder waits for: the start of the file, which is what most
+    /// readers look at first (a file type's magic number, a header).
+    public static let firstBytes: Int64 = 4096
 
     /// Waits until `range` of the file's current server version is readable from its cache file.
     ///

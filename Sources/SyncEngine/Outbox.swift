@@ -271,10 +271,7 @@ extension SyncEngine {
                 result = try await remote.updateContent(item.itemID, UpdateContentRequest(
                     baseRevision: base, digest: digest, size: size, modified: item.modified, content: inline))
             } else {
-                result = try await remote.createItem(CreateItemRequest(
-                    parentID: parentID, name: item.name, kind: .file, digest: digest, size: size, mode: item.mode,
-                    created: item.created, modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID,
-                    content: inline))
+                result = try await remote.createItem(Self.createRequest(item, parentID: parentID, digest: digest, size: size, content: inline))
             }
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
             let current = current!

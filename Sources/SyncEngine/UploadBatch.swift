@@ -75,6 +75,9 @@ extension SyncEngine {
                     return (entry, item, parentID)
                 }
             }
+            // Marked before the files are read, as a single upload does: a close from now on
+            // queues a new entry instead of joining one whose snapshot is already taken.
+            try store.write { w in for case (let entry?, _, _) in current { try w.markStarted(entry.seq) } }
             var contentBytes = 0
             for (index, (entry, item, parentID)) in current.enumerated() {
                 guard let entry else {
@@ -97,10 +100,7 @@ extension SyncEngine {
                 let digest = ContentDigest(bytes: SHA256.hash(data: bytes))
                 prepared.append(PreparedCreate(
                     entry: entry, item: item, generation: generation, digest: digest,
-                    request: CreateItemRequest(
-                        parentID: parentID, name: item.name, kind: .file, digest: digest, size: Int64(bytes.count), mode: item.mode,
-                        created: item.created, modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs,
-                        id: item.itemID, content: Data(bytes))))
+                    request: Self.createRequest(item, parentID: parentID, digest: digest, size: Int64(bytes.count), content: Data(bytes))))
             }
         } catch {
             // The local database or cache failed: each goes alone and meets the error there.
@@ -114,10 +114,9 @@ extension SyncEngine {
 
         let inos = prepared.map(\.item.ino)
         state.withLock { s in for ino in inos { s.uploading.insert(ino) } }
-        defer { state.withLock { s in for ino in inos { s.uploading.remove(ino) } } }
         let answers: [Result<ItemMetadata, RemoteError>]
         do {
-            try store.write { w in for p in prepared { try w.markStarted(p.entry.seq) } }
+            defer { state.withLock { s in for ino in inos { s.uploading.remove(ino) } } }
             answers = try await remote.createItems(prepared.map(\.request))
         } catch let error as RemoteError {
             switch error {
@@ -159,6 +158,14 @@ extension SyncEngine {
             results += created.map { ($0.0.entry.seq, $0.0.entry.ino, later) }
         }
         return await sendAlone(alone, into: results)
+    }
+
+    /// The create of a new file as it goes up, alone or in a batch.
+    static func createRequest(_ item: LocalItem, parentID: ItemID, digest: ContentDigest, size: Int64, content: Data?) -> CreateItemRequest {
+        CreateItemRequest(
+            parentID: parentID, name: item.name, kind: .file, digest: digest, size: size, mode: item.mode,
+            created: item.created, modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs,
+            id: item.itemID, content: content)
     }
 
     /// The single path, one after another, for the entries a batch could not carry.

@@ -195,13 +195,8 @@ public struct SyncServer: Sendable {
         if body.kind == .folder && (body.digest != nil || (body.size ?? 0) != 0) {
             throw APIError(.invalidRequest, "a folder has no content: omit digest and size")
         }
-        if let content = body.content {
-            guard body.kind == .file, body.digest != nil else {
-                throw APIError(.invalidRequest, "inline content needs a file and the digest it hashes to")
-            }
-            guard content.count <= SyncProtocol.maxInlineContent else {
-                throw APIError(.payloadTooLarge, "inline content is at most \(SyncProtocol.maxInlineContent) bytes; upload it as a blob")
-            }
+        if body.content != nil, body.kind != .file || body.digest == nil {
+            throw APIError(.invalidRequest, "inline content needs a file and the digest it hashes to")
         }
         let now = WallClock.now()
         return NewItem(
@@ -213,12 +208,11 @@ public struct SyncServer: Sendable {
 
     /// Several creates in one request and, for those that succeed, one commit. Each create is
     /// checked, its inline content stored, and applied exactly as `createItem` would; a refused
-    /// one is answered in its own result and changes nothing.
+    /// one is answered in its own result and creates nothing (content it carried that hashed to
+    /// its digest stays stored for the account, as after a separate upload).
     func createBatch(_ request: Request, _ context: ServerContext) async throws -> Response {
-        let account = try context.requireAccount()
-        var request = request
-        let buffer = try await request.collectBody(upTo: configuration.maxBatchBytes)
-        let body = try JSONDecoder().decode(BatchRequest.self, from: Data(buffer.readableBytesView))
+        _ = try context.requireAccount()
+        let body = try await decode(BatchRequest.self, request, limit: configuration.maxBatchBytes)
         guard body.creates.count <= SyncProtocol.maxBatchItems else {
             throw APIError(.payloadTooLarge, "a batch holds at most \(SyncProtocol.maxBatchItems) creates; this one has \(body.creates.count)")
         }
@@ -233,42 +227,45 @@ public struct SyncServer: Sendable {
                 results[index] = .init(error: try APIError(mapping: error).detail)
             }
         }
-        // The contents, stored side by side: each commit waits for its own fsyncs.
-        let stored = await withTaskGroup(of: (Int, Result<(digest: ContentDigest, size: Int64), any Error>).self) { group in
-            for (index, _) in checked {
-                guard let content = body.creates[index].content, let digest = body.creates[index].digest else { continue }
-                group.addTask {
-                    do { return (index, .success(try await commitInline(content, declared: digest))) } catch { return (index, .failure(error)) }
-                }
-            }
-            var out: [Int: Result<(digest: ContentDigest, size: Int64), any Error>] = [:]
-            for await (index, result) in group { out[index] = result }
-            return out
-        }
+        guard !checked.isEmpty else { return try json(BatchResponse(results: results.map { $0! })) }
+        // Before anything is stored: content is never left on disk for a request that fails.
+        let c = try await container(context, create: checked.contains { $0.item.parentID == .root })
         var blobs: [(digest: ContentDigest, size: Int64)] = []
-        for (index, result) in stored {
+        for (index, result) in await storeContents(of: body.creates, at: checked.map(\.index)) {
             switch result {
             case .success(let blob): blobs.append(blob)
             case .failure(let error): results[index] = .init(error: try APIError(mapping: error).detail)
             }
         }
         checked.removeAll { results[$0.index] != nil }
-        if !checked.isEmpty {
-            let c = try await container(context, create: checked.contains { $0.item.parentID == .root })
-            let created = try await storage.metadata.createItems(checked.map(\.item), blobs: blobs, in: c)
-            for ((index, _), result) in zip(checked, created) {
-                switch result {
-                case .success(let item): results[index] = .init(item: item)
-                case .failure(let error): results[index] = .init(error: APIError(error).detail)
+        let created = try await storage.metadata.createItems(checked.map(\.item), blobs: blobs, in: c)
+        for ((index, _), result) in zip(checked, created) {
+            switch result {
+            case .success(let item): results[index] = .init(item: item)
+            case .failure(let error): results[index] = .init(error: APIError(error).detail)
+            }
+        }
+        hub.publish(container: c.key)
+        return try json(BatchResponse(results: results.map { $0! }))
+    }
+
+    /// The inline contents of `creates` at `indices`, stored side by side: each commit waits
+    /// for its own fsyncs, on a dispatch thread, and at most eight wait at once.
+    func storeContents(of creates: [CreateItemRequest], at indices: [Int]) async -> [Int: Result<(digest: ContentDigest, size: Int64), any Error>] {
+        let work = indices.compactMap { index in
+            creates[index].content.flatMap { content in creates[index].digest.map { (index, content, $0) } }
+        }
+        return await withTaskGroup(of: (Int, Result<(digest: ContentDigest, size: Int64), any Error>).self) { group in
+            var out: [Int: Result<(digest: ContentDigest, size: Int64), any Error>] = [:]
+            for (n, (index, content, digest)) in work.enumerated() {
+                if n >= 8, let (done, result) = await group.next() { out[done] = result }
+                group.addTask {
+                    do { return (index, .success(try await commitInline(content, declared: digest))) } catch { return (index, .failure(error)) }
                 }
             }
-            hub.publish(container: c.key)
-        } else if !blobs.isEmpty {
-            // Nothing was created, but the content is stored: it belongs to the account, as after
-            // a separate upload.
-            for blob in blobs { try await storage.metadata.recordBlob(blob.digest, size: blob.size, for: account) }
+            for await (index, result) in group { out[index] = result }
+            return out
         }
-        return try json(BatchResponse(results: results.map { $0! }))
     }
 
     func uploadBlob(_ request: Request, _ context: ServerContext) async throws -> Response {
@@ -434,9 +431,9 @@ public struct SyncServer: Sendable {
         do { return try ContentDigest(hex: raw) } catch { throw APIError(.invalidDigest, error.description) }
     }
 
-    func decode<T: Decodable>(_ type: T.Type, _ request: Request) async throws -> T {
+    func decode<T: Decodable>(_ type: T.Type, _ request: Request, limit: Int? = nil) async throws -> T {
         var request = request
-        let buffer = try await request.collectBody(upTo: configuration.maxJSONBytes)
+        let buffer = try await request.collectBody(upTo: limit ?? configuration.maxJSONBytes)
         return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
     }
 }

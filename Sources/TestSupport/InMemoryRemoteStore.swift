@@ -447,8 +447,13 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     public func createItem(_ request: CreateItemRequest) async throws -> ItemMetadata {
         try await enter(.createItem)
         defer { answer(.createItem) }
+        return try deliver(.createItem, try create(request))
+    }
+
+    /// A create as the server does it: its inline content first, then the item.
+    func create(_ request: CreateItemRequest) throws -> ItemMetadata {
         if let content = request.content { try storeInline(content, declared: request.digest) }
-        return try deliver(.createItem, try mutate { s in try s.create(request, now: Self.now()) })
+        return try mutate { s in try s.create(request, now: Self.now()) }
     }
 
     /// Each create as `createItem` would do it (a refusal is its result); a lost answer or the
@@ -459,8 +464,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         var results: [Result<ItemMetadata, RemoteError>] = []
         for request in requests {
             do {
-                if let content = request.content { try storeInline(content, declared: request.digest) }
-                results.append(.success(try mutate { s in try s.create(request, now: Self.now()) }))
+                results.append(.success(try create(request)))
             } catch let error as RemoteError {
                 if case .refused = error { results.append(.failure(error)) } else { throw error }
             }

@@ -226,17 +226,13 @@ public final class FileSystem: Sendable {
               item.serverDigest != nil, item.size > 0
         else { return false }
         let opened = try finishOpen(item, flags: flags, wasLocal: false)
-        engine.whenFirstBytesLand(item, count: Self.firstBytes) { [self] landed in
+        engine.whenFirstBytesLand(item) { [self] landed in
             if landed { return answer(opened) }
             release(opened.handle)
             answer(nil)
         }
         return true
     }
-
-    /// What an open of a placeholder waits for: the start of the file, which is what most
-    /// readers look at first (a file type's magic number, a header).
-    static let firstBytes: Int64 = 4096
 
     static func isWritable(_ flags: Int32) -> Bool {
         let access = flags & O_ACCMODE
