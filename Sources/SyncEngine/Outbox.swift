@@ -93,22 +93,9 @@ extension SyncEngine {
                     }
                     for entry in group { inFlight[entry.seq] = entry.ino }
                     running += 1
-                    tasks.addTask {
-                        if group.count > 1 { return await self.sendBatch(group) }
-                        // Read again: sent or dropped meanwhile (an earlier entry's handling may
-                        // do either), or updated (a deletion's base revision).
-                        guard let entry = try? self.store.read({ try $0.outboxEntry(next.seq) }) else { return [(next.seq, next.ino, nil)] }
-                        return [(entry.seq, entry.ino, await self.runToCompletion(entry))]
-                    }
+                    tasks.addTask { group.count > 1 ? await self.sendBatch(group) : await self.sendAlone(group, into: []) }
                 } else if running == 0 {
-                    batch.removeFirst()
-                    let outcome: Outcome?
-                    if let entry = try? store.read({ try $0.outboxEntry(next.seq) }) {
-                        outcome = await runToCompletion(entry)
-                    } else {
-                        outcome = nil
-                    }
-                    settle([(next.seq, next.ino, outcome)])
+                    settle(await sendAlone([batch.removeFirst()], into: []))
                 } else {
                     // The window is full, or the next entry must go alone: wait for a slot.
                     _ = await waitForOne()

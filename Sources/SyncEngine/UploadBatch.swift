@@ -168,7 +168,9 @@ extension SyncEngine {
             id: item.itemID, content: content)
     }
 
-    /// The single path, one after another, for the entries a batch could not carry.
+    /// The single path, one after another: for an entry that goes alone, and for those a batch
+    /// could not carry. Each is read again first: sent or dropped meanwhile (an earlier entry's
+    /// handling may do either), or updated (a deletion's base revision).
     func sendAlone(_ entries: [OutboxEntry], into results: [(seq: Int64, ino: Int64, outcome: Outcome?)]) async -> [(seq: Int64, ino: Int64, outcome: Outcome?)] {
         var results = results
         for entry in entries {
