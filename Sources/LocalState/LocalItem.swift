@@ -13,6 +13,10 @@ public enum ContentState: String, Sendable, Codable, Hashable {
     case stale
     /// The cache file holds local changes that are not (all) on the server yet.
     case dirty
+
+    /// The cache file holds the whole of the version this device shows: reads need nothing
+    /// from the server.
+    public var isWhole: Bool { self == .current || self == .dirty }
 }
 
 /// One item of the mount, as the local database keeps it.

@@ -91,14 +91,14 @@ extension SyncEngine {
     public func waitForContent(_ item: LocalItem, range: Range<Int64>) async throws {
         for _ in 0..<8 {
             guard let now = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
-            if now.content == .current || now.content == .dirty { return }
+            if now.content.isWhole { return }
             do {
                 try await downloads.wait(for: range, of: now)
             } catch EngineError.cancelled {
                 continue
             }
             guard let after = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
-            if after.content == .current || after.content == .dirty { return }
+            if after.content.isWhole { return }
             let running = downloads.activeDigest(item.ino)
             if let running, running == after.serverDigest { return }
             if running == nil, let error = after.downloadError, after.serverDigest == now.serverDigest {

@@ -199,7 +199,7 @@ public final class FileSystem: Sendable {
                 throw Self.fsError(error)
             }
         }
-        let wasLocal = item.content == .current || item.content == .dirty
+        let wasLocal = item.content.isWhole
         // After a download the row changed: read it again.
         return try finishOpen(waited ? try self.item(ino) : item, flags: flags, wasLocal: wasLocal)
     }
@@ -211,7 +211,7 @@ public final class FileSystem: Sendable {
         let item = try item(ino)
         guard item.kind == .file else { throw .isADirectory }
         if Self.needsContent(item, flags: flags, isOpen: engine.isOpen(ino)) { return nil }
-        return try finishOpen(item, flags: flags, wasLocal: item.content == .current || item.content == .dirty)
+        return try finishOpen(item, flags: flags, wasLocal: item.content.isWhole)
     }
 
     /// A read-only open of a placeholder, answered without a task: the handle is made and the
@@ -254,7 +254,7 @@ public final class FileSystem: Sendable {
         let fd: Int32
         do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
         let excluded = (try? store.read { try $0.isExcluded(ino) }) ?? false
-        let local = item.content == .current || item.content == .dirty
+        let local = item.content.isWhole
         let handle = register(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded,
                                      digest: local ? nil : item.serverDigest, knownLocal: local))
         engine.didOpen(ino, forWriting: writable)
@@ -682,7 +682,7 @@ public final class FileSystem: Sendable {
         let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
         guard offset < fileSize else { return .bytes([]) }
         let count = Int(min(Int64(size), fileSize - offset))
-        let local = item.content == .current || item.content == .dirty || (item.content == .stale && engine.downloads.progress(h.ino) == nil)
+        let local = item.content.isWhole || (item.content == .stale && engine.downloads.progress(h.ino) == nil)
         // Behind the front of a running download of the current version: the bytes are here.
         let landed = !local && item.serverDigest.flatMap {
             engine.downloads.landedSize(h.ino, digest: $0, from: offset, count: count)

@@ -25,7 +25,7 @@ public struct ItemStatus: Sendable, Equatable {
     ///   - downloadPercent: progress of a running download, nil when none runs.
     ///   - uploading / uploadPercent: whether the outbox is sending this item right now.
     public init(item: LocalItem, excluded: Bool, pendingOps: Int, downloadPercent: Int?, uploading: Bool, uploadPercent: Int?) {
-        let local = item.kind == .folder || item.content == .current || item.content == .dirty
+        let local = item.kind == .folder || item.content.isWhole
         if excluded {
             downloadingStatus = "excluded"
         } else if local {
