@@ -50,9 +50,12 @@ extension SyncEngine {
 
     /// The cursor of the last change applied or skipped (the stored one may be older: skipped
     /// echoes do not write it).
-    public var appliedCursor: ChangeCursor? {
+    public var appliedCursor: ChangeCursor? { (try? lastCursor()) ?? nil }
+
+    /// The last cursor seen, else the stored one; nil before the first sync.
+    func lastCursor() throws -> ChangeCursor? {
         if let c = state.withLock({ $0.cursor }) { return c }
-        return (try? store.read { try $0.meta("cursor") })?.map(ChangeCursor.init(_:)) ?? nil
+        return try store.read { try $0.meta("cursor") }.map(ChangeCursor.init(_:))
     }
 
     /// Catches up with pages of the change log, then returns the cursor to stream from.
@@ -267,8 +270,7 @@ struct ChangeFeedService: Service {
                 let info = try await engine.remote.ensureContainer()
                 _ = info
                 // The last cursor seen (skipped echoes do not store theirs), else the stored one.
-                let stored = try engine.state.withLock({ $0.cursor })
-                    ?? engine.store.read { try $0.meta("cursor") }.map(ChangeCursor.init(_:)) ?? .start
+                let stored = try engine.lastCursor() ?? .start
                 let cursor = try await engine.catchUp(from: stored)
                 engine.setConnected(true, error: nil)
                 let stream = engine.remote.changeStream(since: cursor)
