@@ -235,21 +235,16 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     }
 
     public func createItem(_ new: NewItem, in container: ContainerRef) async throws -> ItemMetadata {
-        try SyncedXattr.validateOrThrow(new.xattrs)
-        return try await writer.write { db in try Self.insert(new, in: container, db: db) }
+        try await writer.write { db in try Self.insert(new, in: container, db: db) }
     }
 
     public func createItems(_ items: [NewItem], blobs: [(digest: ContentDigest, size: Int64)], in container: ContainerRef) async throws -> [Result<ItemMetadata, StorageError>] {
         try await writer.write { db in
-            for blob in blobs {
-                try db.cachedStatement(sql: "INSERT OR IGNORE INTO account_blobs (account_key, digest, size) VALUES (?, ?, ?)").execute(
-                    arguments: [container.account.key, blob.digest.hex, blob.size])
-            }
+            for blob in blobs { try Self.grant(blob.digest, size: blob.size, to: container.account, db) }
             return try items.map { new -> Result<ItemMetadata, StorageError> in
                 // A savepoint each: a refused create leaves no trace, the others still commit.
                 var created: ItemMetadata?
                 do {
-                    try SyncedXattr.validateOrThrow(new.xattrs)
                     try db.inSavepoint {
                         created = try Self.insert(new, in: container, db: db)
                         return .commit
@@ -264,6 +259,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
 
     /// A new item's row and change-log entry, inside the caller's transaction.
     static func insert(_ new: NewItem, in container: ContainerRef, db: Database) throws -> ItemMetadata {
+        try SyncedXattr.validateOrThrow(new.xattrs)
         let parent = try Self.requireLive(new.parentID, container, db)
         guard parent.kind == .folder else { throw StorageError.notAFolder(new.parentID) }
         if let existing = try Self.anyItem(new.id, container, db) {
@@ -386,19 +382,25 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     // MARK: Blobs
 
     public func recordBlob(_ digest: ContentDigest, size: Int64, for account: AccountRef) async throws {
-        try await writer.write { db in
-            try db.cachedStatement(sql: "INSERT OR IGNORE INTO account_blobs (account_key, digest, size) VALUES (?, ?, ?)").execute(
-                arguments: [account.key, digest.hex, size])
-        }
+        try await writer.write { db in try Self.grant(digest, size: size, to: account, db) }
+    }
+
+    /// Gives `account` the use of a stored blob, inside the caller's transaction.
+    static func grant(_ digest: ContentDigest, size: Int64, to account: AccountRef, _ db: Database) throws {
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO account_blobs (account_key, digest, size) VALUES (?, ?, ?)").execute(
+            arguments: [account.key, digest.hex, size])
+    }
+
+    /// The size of a blob `account` may use; nil when it may not (or no such blob).
+    static func grantedSize(_ digest: ContentDigest, for account: AccountRef, _ db: Database) throws -> Int64? {
+        try Int64.fetchOne(
+            try db.cachedStatement(sql: "SELECT size FROM account_blobs WHERE account_key = ? AND digest = ?"),
+            arguments: [account.key, digest.hex])
     }
 
     public func blobSize(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64? {
         if digest == .empty { return 0 }
-        return try readNow { db in
-            try Int64.fetchOne(
-                try db.cachedStatement(sql: "SELECT size FROM account_blobs WHERE account_key = ? AND digest = ?"),
-                arguments: [account.key, digest.hex])
-        }
+        return try readNow { db in try Self.grantedSize(digest, for: account, db) }
     }
 
     // MARK: ChangeLog
@@ -490,10 +492,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         if digest == .empty {
             size = 0
         } else {
-            guard let s = try Int64.fetchOne(
-                try db.cachedStatement(sql: "SELECT size FROM account_blobs WHERE account_key = ? AND digest = ?"),
-                arguments: [account.key, digest.hex])
-            else { throw StorageError.blobNotFound(digest) }
+            guard let s = try grantedSize(digest, for: account, db) else { throw StorageError.blobNotFound(digest) }
             size = s
         }
         if let declared, declared != size { throw StorageError.sizeMismatch(declared: declared, actual: size) }
