@@ -335,11 +335,8 @@ public struct SyncServer: Sendable {
         }
         let writer = try storage.blobs.makeWriter()
         defer { writer.abort() }
-        do {
-            try content.withUnsafeBytes { try writer.write($0) }
-        } catch let error as BlobStoreError {
-            throw APIError(error)
-        }
+        // A BlobStoreError (a full disk) is answered through APIError(mapping:), as makeWriter's is.
+        try content.withUnsafeBytes { try writer.write($0) }
         return try await commit(writer, expecting: declared)
     }
 
