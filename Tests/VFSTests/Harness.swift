@@ -155,6 +155,12 @@ struct Harness: Sendable {
         return ino
     }
 
+    /// Waits for `path` (made on the server, by another device) to reach the mount; its inode.
+    func appeared(_ path: String) async throws -> Int64 {
+        try await eventually("\(path) to appear") { try ino(path) != nil }
+        return try requireIno(path)
+    }
+
     /// An xattr's value as text; nil when absent (ENODATA).
     func xattr(_ ino: Int64, _ name: String) throws -> String? {
         do {

@@ -14,8 +14,7 @@ struct OfflineTests {
         defer { h.close() }
         try await h.running {
             try h.remote.otherDevice.createFile("far.bin", content: pattern(100_000))
-            try await eventually("far.bin to appear") { try h.ino("/far.bin") != nil }
-            let ino = try h.requireIno("/far.bin")
+            let ino = try await h.appeared("/far.bin")
             h.remote.isOnline = false
             let fs = h.fs
             let code = try await within(.seconds(5), "open of a placeholder while offline") {

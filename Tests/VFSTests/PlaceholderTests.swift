@@ -16,8 +16,7 @@ struct PlaceholderTests {
         let content = pattern(200_000, seed: 9)
         try await h.running {
             let remote = try h.remote.otherDevice.createFile("remote.bin", content: content, mode: 0o640, xattrs: ["user.xdg.tags": Data("blue".utf8)])
-            try await eventually("remote.bin to appear") { try h.ino("/remote.bin") != nil }
-            let ino = try h.requireIno("/remote.bin")
+            let ino = try await h.appeared("/remote.bin")
 
             let attributes = try h.fs.attributes(ino)
             #expect(attributes.kind == .file)
@@ -64,8 +63,7 @@ struct PlaceholderTests {
         let content = pattern(300_000, seed: 4)
         try await h.running {
             _ = try h.remote.otherDevice.createFile("checked.bin", content: content)
-            try await eventually("checked.bin to appear") { try h.ino("/checked.bin") != nil }
-            let ino = try h.requireIno("/checked.bin")
+            let ino = try await h.appeared("/checked.bin")
             h.remote.corruptDownloads = true
             // The bytes reach the reader before the check (as they stream), but the file is
             // never marked current and the reason is in downloadingError.
@@ -87,8 +85,8 @@ struct PlaceholderTests {
         try await h.running {
             try h.remote.otherDevice.createFile("big.bin", content: content)
             try h.remote.otherDevice.createFile("other.bin", content: pattern(9_000, seed: 7))
-            try await eventually("the files to appear") { try h.ino("/big.bin") != nil && h.ino("/other.bin") != nil }
-            let ino = try h.requireIno("/big.bin")
+            let ino = try await h.appeared("/big.bin")
+            let other = try await h.appeared("/other.bin")
             let gate = h.remote.holdDownloads(afterBytes: 0)
             let answer = Answer()
             #expect(try h.fs.openWhileDownloading(ino, flags: O_RDONLY) { answer.set($0) })
@@ -103,7 +101,6 @@ struct PlaceholderTests {
             // Not for this path: a writer, or content already here.
             #expect(try !h.fs.openWhileDownloading(ino, flags: O_RDWR) { _ in })
 
-            let other = try h.requireIno("/other.bin")
             h.remote.isOnline = false
             let failed = Answer()
             #expect(try h.fs.openWhileDownloading(other, flags: O_RDONLY) { failed.set($0) })
@@ -121,8 +118,7 @@ struct PlaceholderTests {
         let content = pattern(1_000_000, seed: 4)
         try await h.running {
             try h.remote.otherDevice.createFile("big.bin", content: content)
-            try await eventually("big.bin to appear") { try h.ino("/big.bin") != nil }
-            let ino = try h.requireIno("/big.bin")
+            let ino = try await h.appeared("/big.bin")
             let gate = h.remote.holdDownloads(afterBytes: 128 * 1024)
             let opened = try await within(.seconds(10), "open of a placeholder whose first bytes are here") {
                 try await h.fs.open(ino, flags: O_RDONLY)
@@ -152,8 +148,7 @@ struct PlaceholderTests {
         let v2 = pattern(25_000, seed: 2)
         try await h.running {
             let remote = try h.remote.otherDevice.createFile("notes.txt", content: v1)
-            try await eventually("notes.txt to appear") { try h.ino("/notes.txt") != nil }
-            let ino = try h.requireIno("/notes.txt")
+            let ino = try await h.appeared("/notes.txt")
             #expect(sha(try await h.read(ino)) == sha(v1))
             try await eventually("v1 to be current") { try h.downloadingStatus(ino) == "current" }
 
@@ -179,8 +174,7 @@ struct PlaceholderTests {
         let v2 = pattern(300_000, seed: 2)
         try await h.running {
             let remote = try h.remote.otherDevice.createFile("big.txt", content: v1)
-            try await eventually("big.txt to appear") { try h.ino("/big.txt") != nil }
-            let ino = try h.requireIno("/big.txt")
+            let ino = try await h.appeared("/big.txt")
             #expect(sha(try await h.read(ino)) == sha(v1))
             try await eventually("v1 to be current") { try h.downloadingStatus(ino) == "current" }
             try h.remote.otherDevice.updateContent(remote.id, to: v2)
@@ -210,8 +204,7 @@ struct PlaceholderTests {
         let content = pattern(50_000, seed: 5)
         try await h.running {
             try h.remote.otherDevice.createFile("f.bin", content: content)
-            try await eventually("f.bin to appear") { try h.ino("/f.bin") != nil }
-            let ino = try h.requireIno("/f.bin")
+            let ino = try await h.appeared("/f.bin")
             try h.fs.setXattr(ino, name: "user.ubiq.downloadingStatus", value: n("current"), create: false, replace: false)
             try await eventually("the download to finish") { try h.downloadingStatus(ino) == "current" }
             #expect(try h.fs.attributes(ino).blocks > 0)

@@ -137,8 +137,7 @@ struct OpenFileTests {
         defer { h.close() }
         try await h.running {
             try h.remote.otherDevice.createFile("big.bin", content: pattern(100_000))
-            try await eventually("big.bin to appear") { try h.ino("/big.bin") != nil }
-            let ino = try h.requireIno("/big.bin")
+            let ino = try await h.appeared("/big.bin")
             let attributes = try await h.fs.setAttributes(ino, .init(size: 0), handle: nil)
             #expect(attributes.size == 0)
             #expect(h.remote.calls(.download) == 0)

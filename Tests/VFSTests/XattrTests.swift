@@ -89,8 +89,7 @@ struct XattrTests {
         let content = pattern(20_000)
         try await h.running([.changeFeed, .maintenance]) {
             try h.remote.otherDevice.createFile("p.bin", content: content)
-            try await eventually("p.bin to appear") { try h.ino("/p.bin") != nil }
-            let ino = try h.requireIno("/p.bin")
+            let ino = try await h.appeared("/p.bin")
             for bad in ["2", "", "true", "yes", "-1", "11", "current"] {
                 #expect(errnoOf { try set(h, ino, "user.ubiq.pinned", bad) } == EINVAL, "pinned = '\(bad)'")
             }
@@ -120,8 +119,7 @@ struct XattrTests {
             #expect(try h.xattr(one, "user.ubiq.pinned") == "1")
             try await eventually("one.txt to download") { try h.downloadingStatus(one) == "current" }
             try h.remote.otherDevice.createFile("two.txt", in: folder.id, content: Array("two".utf8))
-            try await eventually("two.txt to arrive") { try h.ino("/keep/two.txt") != nil }
-            let two = try h.requireIno("/keep/two.txt")
+            let two = try await h.appeared("/keep/two.txt")
             #expect(try h.xattr(two, "user.ubiq.pinned") == "1")
             try await eventually("two.txt to download") { try h.downloadingStatus(two) == "current" }
         }
@@ -204,8 +202,7 @@ struct XattrTests {
         defer { h.close() }
         try await h.running {
             let file = try h.remote.otherDevice.createFile("r.txt", content: pattern(5000))
-            try await eventually("r.txt to appear") { try h.ino("/r.txt") != nil }
-            let ino = try h.requireIno("/r.txt")
+            let ino = try await h.appeared("/r.txt")
             try h.remote.otherDevice.setXattrs(file.id, ["user.xdg.tags": Data("from-afar".utf8)])
             try await eventually("the tags to arrive") { try h.xattr(ino, "user.xdg.tags") == "from-afar" }
             #expect(try h.fs.listXattrs(ino).contains("user.xdg.tags"))
