@@ -276,14 +276,14 @@ public struct LocalWriter {
             INSERT INTO items (item_id, parent, name, kind, size, mode, uid, gid, created, modified, changed, xattrs,
                 revision, server_digest, content, cached_bytes, pinned, last_access, download_error, upload_error)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute( arguments: item.columnValues)
+            """).execute(arguments: item.columnValues)
         item.ino = db.lastInsertedRowID
         return item
     }
 
     /// Moves an item's last access forward (never back).
     public func noteAccess(_ ino: Int64, at time: Timestamp) throws {
-        try db.cachedStatement(sql: "UPDATE items SET last_access = MAX(last_access, ?) WHERE ino = ?").execute( arguments: [time, ino])
+        try db.cachedStatement(sql: "UPDATE items SET last_access = MAX(last_access, ?) WHERE ino = ?").execute(arguments: [time, ino])
     }
 
     public func update(_ item: LocalItem) throws {
@@ -291,11 +291,11 @@ public struct LocalWriter {
             UPDATE items SET item_id = ?, parent = ?, name = ?, kind = ?, size = ?, mode = ?, uid = ?, gid = ?, created = ?,
                 modified = ?, changed = ?, xattrs = ?, revision = ?, server_digest = ?, content = ?, cached_bytes = ?,
                 pinned = ?, last_access = ?, download_error = ?, upload_error = ? WHERE ino = ?
-            """).execute( arguments: item.columnValues + [item.ino])
+            """).execute(arguments: item.columnValues + [item.ino])
     }
 
     public func delete(_ ino: Int64) throws {
-        try db.cachedStatement(sql: "DELETE FROM items WHERE ino = ?").execute( arguments: [ino])
+        try db.cachedStatement(sql: "DELETE FROM items WHERE ino = ?").execute(arguments: [ino])
     }
 
     /// Queues an op unless the same op for the same item is already waiting (ops use the
@@ -311,17 +311,17 @@ public struct LocalWriter {
     }
 
     public func dequeue(_ seq: Int64) throws {
-        try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq = ?").execute( arguments: [seq])
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq = ?").execute(arguments: [seq])
     }
 
     public func dropOps(for ino: Int64) throws {
-        try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ?").execute( arguments: [ino])
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ?").execute(arguments: [ino])
     }
 
     /// Marks an op as being sent: from now on a new change of the same kind gets its own op
     /// instead of being folded into this one (which carries the state read before the change).
     public func markStarted(_ seq: Int64) throws {
-        try db.cachedStatement(sql: "UPDATE outbox SET attempts = attempts + 1 WHERE seq = ?").execute( arguments: [seq])
+        try db.cachedStatement(sql: "UPDATE outbox SET attempts = attempts + 1 WHERE seq = ?").execute(arguments: [seq])
     }
 
     public func deferOp(_ seq: Int64, error: String, until: Timestamp) throws {
@@ -331,7 +331,7 @@ public struct LocalWriter {
 
     /// A queued deletion of `id` must carry the revision our own in-flight change just made.
     public func updatePendingDelete(of id: ItemID, revision: Revision) throws {
-        try db.cachedStatement(sql: "UPDATE outbox SET revision = ? WHERE op = 'delete' AND item_id = ?").execute( arguments: [revision.rawValue, id.rawValue])
+        try db.cachedStatement(sql: "UPDATE outbox SET revision = ? WHERE op = 'delete' AND item_id = ?").execute(arguments: [revision.rawValue, id.rawValue])
     }
 
     public func addOrphan(_ id: ItemID, parent: ItemID, json: Data) throws {
@@ -340,19 +340,19 @@ public struct LocalWriter {
     }
 
     public func removeOrphan(_ id: ItemID) throws {
-        try db.cachedStatement(sql: "DELETE FROM orphans WHERE item_id = ?").execute( arguments: [id.rawValue])
+        try db.cachedStatement(sql: "DELETE FROM orphans WHERE item_id = ?").execute(arguments: [id.rawValue])
     }
 
     public func addTombstone(_ id: ItemID, revision: Revision) throws {
-        try db.cachedStatement(sql: "INSERT OR REPLACE INTO tombstones (item_id, revision) VALUES (?, ?)").execute( arguments: [id.rawValue, revision.rawValue])
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO tombstones (item_id, revision) VALUES (?, ?)").execute(arguments: [id.rawValue, revision.rawValue])
     }
 
     public func removeTombstone(_ id: ItemID) throws {
-        try db.cachedStatement(sql: "DELETE FROM tombstones WHERE item_id = ?").execute( arguments: [id.rawValue])
+        try db.cachedStatement(sql: "DELETE FROM tombstones WHERE item_id = ?").execute(arguments: [id.rawValue])
     }
 
     public func setMeta(_ key: String, _ value: String) throws {
-        try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)").execute( arguments: [key, value])
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)").execute(arguments: [key, value])
     }
 }
 

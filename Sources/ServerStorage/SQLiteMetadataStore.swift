@@ -148,7 +148,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
 
     public func removeAccount(name: String) async throws {
         try await writer.write { db in
-            try db.cachedStatement(sql: "DELETE FROM accounts WHERE name = ?").execute( arguments: [name])
+            try db.cachedStatement(sql: "DELETE FROM accounts WHERE name = ?").execute(arguments: [name])
             if db.changesCount == 0 { throw StorageError.accountNotFound(name) }
         }
     }
@@ -439,14 +439,14 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
 
     /// Gives the item its new revision and writes it together with its change-log entry.
     static func commit(_ item: inout ItemMetadata, kind: ItemChange.Kind, in container: ContainerRef, db: Database, isNew: Bool = false) throws {
-        try db.cachedStatement(sql: "DELETE FROM changes WHERE container_key = ? AND item_id = ?").execute( arguments: [container.key, item.id.rawValue])
+        try db.cachedStatement(sql: "DELETE FROM changes WHERE container_key = ? AND item_id = ?").execute(arguments: [container.key, item.id.rawValue])
         try db.cachedStatement(sql: "INSERT INTO changes (container_key, item_id, kind, item_json) VALUES (?, ?, ?, x'')").execute(
             arguments: [container.key, item.id.rawValue, kind.rawValue])
         let seq = db.lastInsertedRowID
         item.revision = Revision(String(seq))
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
-        try db.cachedStatement(sql: "UPDATE changes SET item_json = ? WHERE seq = ?").execute( arguments: [try encoder.encode(item), seq])
+        try db.cachedStatement(sql: "UPDATE changes SET item_json = ? WHERE seq = ?").execute(arguments: [try encoder.encode(item), seq])
         let xattrs = try encoder.encode(item.xattrs)
         let args: StatementArguments = [
             item.parentID?.rawValue, item.name, item.kind.rawValue, seq, item.size, item.digest?.hex,
@@ -456,12 +456,12 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             try db.cachedStatement(sql: """
                 INSERT INTO items (parent_id, name, kind, revision, size, digest, mode, created, modified, xattrs, deleted, container_key, id)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """).execute( arguments: args)
+                """).execute(arguments: args)
         } else {
             try db.cachedStatement(sql: """
                 UPDATE items SET parent_id = ?, name = ?, kind = ?, revision = ?, size = ?, digest = ?, mode = ?,
                 created = ?, modified = ?, xattrs = ?, deleted = ? WHERE container_key = ? AND id = ?
-                """).execute( arguments: args)
+                """).execute(arguments: args)
         }
     }
 
