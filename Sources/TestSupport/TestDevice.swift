@@ -100,7 +100,7 @@ public final class TestDevice: @unchecked Sendable {
     }
 
     /// `eventually`, with every device's diagnostics in the failure.
-    public func expectEventually(_ what: @autoclosure () -> String, timeout: Duration = .seconds(10), devices: [TestDevice], _ condition: () async throws -> Bool) async throws {
+    public func expectEventually(_ what: @autoclosure () -> String, timeout: Duration = waitLimit, devices: [TestDevice], _ condition: () async throws -> Bool) async throws {
         do {
             try await TestSupport.eventually(timeout: timeout, "it", condition)
         } catch {
