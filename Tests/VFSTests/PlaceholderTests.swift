@@ -68,7 +68,11 @@ struct PlaceholderTests {
             // The bytes reach the reader before the check (as they stream), but the file is
             // never marked current and the reason is in downloadingError.
             _ = try? await h.read(ino)
-            try await eventually("the mismatch to be reported") { try h.xattr(ino, "user.ubiq.downloadingError") != nil }
+            // The error is recorded just before the failed download leaves the table; a read in
+            // between would join it and fail with it, so wait for both.
+            try await eventually("the mismatch to be reported") {
+                try h.xattr(ino, "user.ubiq.downloadingError") != nil && h.engine.downloads.activeCount == 0
+            }
             #expect(try h.downloadingStatus(ino) != "current")
             h.remote.corruptDownloads = false
             #expect(sha(try await h.read(ino)) == sha(content))
