@@ -14,6 +14,7 @@ import VFS
 /// for reading, answered by the thread that lands its first bytes.
 struct FuseBridge: FileSystemHandler {
     let fs: FileSystem
+    let invalidator: KernelInvalidator
 
     /// Long kernel caches make `stat` and `ls` run at native speed; remote changes invalidate
     /// the affected entries explicitly (KernelInvalidator).
@@ -201,37 +202,55 @@ struct FuseBridge: FileSystemHandler {
     }
 
     func opendir(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
-        // No kernel readdir cache (FOPEN_CACHE_DIR): invalidating a directory's inode did not
-        // drop its cached listing, so remote additions stayed invisible to `ls`. Listing is one
-        // local query per folder anyway.
-        do { reply.opened(handle: try fs.openDirectory(Int64(ino))) } catch { reply.error(error.errno) }
+        // The kernel keeps the listing (FOPEN_CACHE_DIR, and KEEP_CACHE so that an open does not
+        // drop it): a second `ls` costs no request. Local changes through the mount reset it in
+        // the kernel; changes the daemon makes (remote ones, conflicted copies) drop it through
+        // KernelInvalidator, which also watches for changes that race with this snapshot.
+        let since = invalidator.changeSequence
+        let handle: UInt64
+        do { handle = try fs.openDirectory(Int64(ino)) } catch { reply.error(error.errno); return }
+        invalidator.listingOpened(handle, folder: Int64(ino), since: since)
+        // Never an empty listing: the kernel keeps it in no page at all, so dropping the
+        // folder's pages cannot take it back, and children that arrive later would stay unseen.
+        let empty = (try? fs.readDirectory(handle, from: 0).isEmpty) ?? true
+        if !reply.opened(handle: handle, options: empty ? [] : [.cacheDirectory, .keepCache]) { releaseDirectory(handle) }
     }
 
     func readdir(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryReply) {
         do {
             var index = Int(offset)
-            for e in try fs.readDirectory(handle, from: index) {
+            let entries = try fs.readDirectory(handle, from: index)
+            for e in entries {
                 index += 1
                 if !reply.add(name: Array(e.name.utf8), ino: UInt64(e.attributes.ino), type: e.attributes.kind == .folder ? .directory : .regular, nextOffset: Int64(index)) { break }
             }
             reply.send()
+            if entries.isEmpty { invalidator.listingEnded(handle) }
         } catch { reply.error(error.errno) }
     }
 
     func readdirplus(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryPlusReply) {
         do {
             var index = Int(offset)
-            for e in try fs.readDirectory(handle, from: index) {
+            let entries = try fs.readDirectory(handle, from: index)
+            for e in entries {
                 index += 1
                 if !reply.add(name: Array(e.name.utf8), entry: Self.entry(e.attributes), nextOffset: Int64(index)) { break }
             }
             reply.send()
+            // An empty answer is the end, where the kernel marks its copy of the listing complete.
+            if entries.isEmpty { invalidator.listingEnded(handle) }
         } catch { reply.error(error.errno) }
     }
 
     func releasedir(ino: UInt64, handle: UInt64, context: RequestContext, reply: consuming StatusReply) {
-        fs.closeDirectory(handle)
+        releaseDirectory(handle)
         reply.success()
+    }
+
+    func releaseDirectory(_ handle: UInt64) {
+        fs.closeDirectory(handle)
+        invalidator.listingClosed(handle)
     }
 
     func fsyncdir(ino: UInt64, handle: UInt64, dataOnly: Bool, context: RequestContext, reply: consuming StatusReply) {

@@ -105,7 +105,7 @@ public enum MountDaemon {
         options.allowOther = configuration.allowOther
         let mount: FuseMount
         do {
-            mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs))
+            mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs, invalidator: invalidator))
         } catch {
             throw MountDaemonError.setup("cannot mount \(configuration.mountpoint): \(error)")
         }

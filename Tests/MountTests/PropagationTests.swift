@@ -72,6 +72,34 @@ import Testing
         }
     }
 
+    /// The kernel keeps a folder's listing between opens; every change another device makes
+    /// must still show in the next `ls`, though no local operation touched the folder.
+    @Test func listingsOnTheOtherDeviceFollowRemoteChanges() async throws {
+        try await withDevices(["A", "B"]) { _, devices in
+            let (a, b) = (devices[0], devices[1])
+            func listing(_ device: TestDevice) async throws -> String { try await device.must(#"ls -1 "$M/d""#) }
+            try await a.must(#"mkdir "$M/d" && echo 1 > "$M/d/one""#)
+            try await eventually("B lists d/one") { try await b.sh(#"ls -1 "$M/d""#).stdout == "one\n" }
+            // Listed twice: the second listing comes from the kernel's cache.
+            #expect(try await listing(b) == "one\n")
+            try await a.must(#"echo 2 > "$M/d/two""#)
+            try await eventually("B lists the new file") { try await listing(b) == "one\ntwo\n" }
+            try await a.must(#"mv "$M/d/one" "$M/d/uno""#)
+            try await eventually("B lists the renamed file") { try await listing(b) == "two\nuno\n" }
+            try await a.must(#"rm "$M/d/two" && mkdir "$M/d/sub""#)
+            try await eventually("B lists the deletion and the new folder") { try await listing(b) == "sub\nuno\n" }
+            try await a.must(#"mv "$M/d/uno" "$M/d/sub/""#)
+            try await eventually("B lists the move out") { try await listing(b) == "sub\n" }
+            #expect(try await b.must(#"ls -1 "$M/d/sub""#) == "uno\n")
+            // An empty folder, listed twice, then filled.
+            try await a.must(#"mkdir "$M/e""#)
+            try await eventually("B lists the empty folder") { try await b.sh(#"ls -1 "$M/e""#).status == 0 }
+            #expect(try await b.must(#"ls -1 "$M/e""#) == "")
+            try await a.must(#"echo 3 > "$M/e/three""#)
+            try await eventually("B lists the file in the folder that was empty") { try await b.must(#"ls -1 "$M/e""#) == "three\n" }
+        }
+    }
+
     @Test func ordinaryToolsWorkAndUnsupportedThingsAreRefused() async throws {
         try await withDevices(["A", "B"]) { _, devices in
             let (a, b) = (devices[0], devices[1])
