@@ -61,9 +61,13 @@ public struct ContentCache: Sendable {
     static let reserveBytes = 4 << 20
     var reservePath: String { directory + "/.reserve" }
 
-    /// Makes sure the reserve exists (when there is room for it).
+    /// Makes sure the reserve exists, once the volume has room for it and 1 MiB more: taken
+    /// back as soon as it barely fitted, it would take the last free space from the download
+    /// or the write that comes next.
     public func ensureReserve() {
         guard access(reservePath, F_OK) != 0 else { return }
+        var fs = statvfs()
+        guard statvfs(directory, &fs) == 0, UInt64(fs.f_bavail) * UInt64(fs.f_frsize) >= UInt64(Self.reserveBytes + (1 << 20)) else { return }
         let fd = Glibc.open(reservePath + ".new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return }
         defer { close(fd) }

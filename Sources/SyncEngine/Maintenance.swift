@@ -121,6 +121,8 @@ extension SyncEngine {
             try w.dropOps(for: ino)
             try w.update(now)
         }
+        // The space is back: the reserve too, before the next writer fills the volume again.
+        cache.ensureReserve()
         let remote = self.remote
         Task {
             // The size and time the server has for the version shown again.

@@ -786,6 +786,14 @@ public final class FileSystem: Sendable {
             return try store.write(body)
         } catch let error as FSError {
             throw error
+        } catch where Self.fsError(error) == .noSpace {
+            // The volume is full. The reserve is there for this: without it not even an `rm`
+            // that would free space could be recorded. The transaction rolled back; run it again.
+            cache.dropReserve()
+            do { return try store.write(body) } catch let error as FSError { throw error } catch {
+                logger.error("database write failed", metadata: ["error": "\(error)"])
+                throw Self.fsError(error)
+            }
         } catch {
             logger.error("database write failed", metadata: ["error": "\(error)"])
             throw Self.fsError(error)
