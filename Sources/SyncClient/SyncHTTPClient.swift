@@ -35,7 +35,15 @@ public final class SyncHTTPClient: Sendable {
         self.token = token
         self.container = container
         self.http = http ?? HTTPClient(eventLoopGroupProvider: .singleton, configuration: Self.configuration)
+        downloadLoop = self.http.eventLoopGroup.next()
     }
+
+    /// Every download's delegate runs on this one event loop, and the client prefers its
+    /// connections there. Left to the client, a download could run on a connection of one loop
+    /// and hand each part of the body to the other loop's thread, which writes it: a thread
+    /// switch for every 64 KiB. (Requiring the channel's loop too made the pool open a new
+    /// connection for every request.)
+    let downloadLoop: any EventLoop
 
     public func shutdown() async {
         try? await http.shutdown()
@@ -195,7 +203,7 @@ public final class SyncHTTPClient: Sendable {
             throw RemoteError.protocolError("cannot build a request: \(error)")
         }
         let delegate = DownloadDelegate(range: range, receive: receive)
-        let task = http.execute(request: request, delegate: delegate)
+        let task = http.execute(request: request, delegate: delegate, eventLoop: .delegate(on: downloadLoop))
         do {
             try await withTaskCancellationHandler {
                 try await task.futureResult.get()
