@@ -203,23 +203,28 @@ struct FuseBridge: FileSystemHandler {
 
     func opendir(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
         // The kernel keeps the listing (FOPEN_CACHE_DIR, and KEEP_CACHE so that an open does not
-        // drop it): a second `ls` costs no request. Local changes through the mount reset it in
-        // the kernel; changes the daemon makes (remote ones, conflicted copies) drop it through
-        // KernelInvalidator, which also watches for changes that race with this snapshot.
-        let since = invalidator.changeSequence
+        // drop it): a second `ls` costs an open and a release, no query. Local changes through
+        // the mount reset it in the kernel; changes the daemon makes (remote ones, conflicted
+        // copies) drop it through KernelInvalidator, which also watches for changes that race
+        // with a snapshot.
         let handle: UInt64
         do { handle = try fs.openDirectory(Int64(ino)) } catch { reply.error(error.errno); return }
-        invalidator.listingOpened(handle, folder: Int64(ino), since: since)
         // Never an empty listing: the kernel keeps it in no page at all, so dropping the
         // folder's pages cannot take it back, and children that arrive later would stay unseen.
-        let empty = (try? fs.readDirectory(handle, from: 0).isEmpty) ?? true
-        if !reply.opened(handle: handle, options: empty ? [] : [.cacheDirectory, .keepCache]) { releaseDirectory(handle) }
+        let options: OpenOptions = fs.directoryWasEmpty(handle) ? [] : [.cacheDirectory, .keepCache]
+        if !reply.opened(handle: handle, options: options) { releaseDirectory(handle) }
+    }
+
+    /// The entries of a listing from `offset`; at 0 a new snapshot, watched for racing changes.
+    func listing(_ ino: UInt64, _ handle: UInt64, from offset: Int) throws(FSError) -> ArraySlice<DirectoryEntry> {
+        if offset == 0 { invalidator.listingStarted(handle, folder: Int64(ino)) }
+        return try fs.readDirectory(handle, from: offset)
     }
 
     func readdir(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryReply) {
         do {
             var index = Int(offset)
-            let entries = try fs.readDirectory(handle, from: index)
+            let entries = try listing(ino, handle, from: index)
             for e in entries {
                 index += 1
                 if !reply.add(name: Array(e.name.utf8), ino: UInt64(e.attributes.ino), type: e.attributes.kind == .folder ? .directory : .regular, nextOffset: Int64(index)) { break }
@@ -232,7 +237,7 @@ struct FuseBridge: FileSystemHandler {
     func readdirplus(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryPlusReply) {
         do {
             var index = Int(offset)
-            let entries = try fs.readDirectory(handle, from: index)
+            let entries = try listing(ino, handle, from: index)
             for e in entries {
                 index += 1
                 if !reply.add(name: Array(e.name.utf8), entry: Self.entry(e.attributes), nextOffset: Int64(index)) { break }

@@ -32,27 +32,25 @@ final class KernelInvalidator: MountObserver, Service {
     // MARK: Cached listings
     //
     // The kernel keeps a folder's listing once a reader has gone through it to the end. The
-    // daemon answers that reader from a snapshot taken at `opendir`; a change made between the
-    // snapshot and the end of the listing would be invalidated before the kernel has the (old)
-    // listing cached, and the old listing would then stay. So each open listing remembers when
-    // it was taken, and a listing that reaches its end after a change to its folder drops the
-    // kernel's copy once more, after the end has been answered.
+    // daemon answers that reader from a snapshot taken at its first read; a change made between
+    // the snapshot and the end of the listing would be invalidated before the kernel has the
+    // (old) listing cached, and the old listing would then stay. So each listing remembers when
+    // its snapshot was taken, and a listing that reaches its end after a change to its folder
+    // drops the kernel's copy once more, after the end has been answered.
 
     struct Listings {
         var sequence: UInt64 = 0
         /// The sequence number of the last change to each folder.
         var changed: [Int64: UInt64] = [:]
-        /// Open listings: their folder and the sequence number before their snapshot.
+        /// Listings under way: their folder and the sequence number before their snapshot.
         var open: [UInt64: (folder: Int64, since: UInt64)] = [:]
     }
 
     let listings = Mutex(Listings())
 
-    /// To be read before a listing's snapshot is taken, and passed to `listingOpened`.
-    var changeSequence: UInt64 { listings.withLock { $0.sequence } }
-
-    func listingOpened(_ handle: UInt64, folder: Int64, since: UInt64) {
-        listings.withLock { $0.open[handle] = (folder, since) }
+    /// Called just before a listing's snapshot is taken.
+    func listingStarted(_ handle: UInt64, folder: Int64) {
+        listings.withLock { $0.open[handle] = (folder, $0.sequence) }
     }
 
     /// After the end of a listing was answered: drops the kernel's copy if it may be old.

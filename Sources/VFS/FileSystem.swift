@@ -45,7 +45,16 @@ public final class FileSystem: Sendable {
         var modified: Timestamp
     }
 
-    let handles = Mutex<(next: UInt64, open: [UInt64: Handle], dirs: [UInt64: [DirectoryEntry]])>((1, [:], [:]))
+    let handles = Mutex<(next: UInt64, open: [UInt64: Handle], dirs: [UInt64: OpenDirectory])>((1, [:], [:]))
+
+    /// A folder opened for listing. The snapshot is taken by the first read at offset 0, not at
+    /// the open: the kernel opens a folder for every listing, also for those it answers from
+    /// its own copy, and those then cost no query.
+    struct OpenDirectory {
+        let ino: Int64
+        let wasEmpty: Bool
+        var entries: [DirectoryEntry]?
+    }
     let live = Mutex<[Int64: Live]>([:])
     /// Items deleted while open: the kernel may still ask about them until the last close.
     let detached = Mutex<[Int64: LocalItem]>([:])
@@ -107,24 +116,35 @@ public final class FileSystem: Sendable {
     // MARK: Directories
 
     public func openDirectory(_ ino: Int64) throws(FSError) -> UInt64 {
-        let dir = try item(ino)
+        let found: (LocalItem?, Bool)
+        do { found = try store.read { r in (try r.item(ino), try r.hasChildren(ino)) } } catch { throw .io }
+        guard let dir = found.0 else { throw .notFound }
         guard dir.kind == .folder else { throw .notADirectory }
-        let entries: [DirectoryEntry]
-        do {
-            entries = try store.read { try $0.children(of: ino) }.map { DirectoryEntry(name: $0.name, attributes: attributes(of: $0)) }
-        } catch { throw .io }
-        // A snapshot per open directory: offsets stay stable across the kernel's readdir calls.
         return handles.withLock { h in
             let id = h.next
             h.next += 1
-            h.dirs[id] = entries
+            h.dirs[id] = OpenDirectory(ino: ino, wasEmpty: !found.1)
             return id
         }
     }
 
-    /// Entries from `offset` (an index into the snapshot; 0 is the first).
+    /// Whether the folder had no entries when it was opened.
+    public func directoryWasEmpty(_ handle: UInt64) -> Bool {
+        handles.withLock { $0.dirs[handle]?.wasEmpty } ?? true
+    }
+
+    /// Entries from `offset` (an index into the snapshot; 0 is the first). A read at offset 0
+    /// takes a new snapshot (the start of a listing, or a `rewinddir`); later offsets index into
+    /// it, so they stay stable across the kernel's readdir calls.
     public func readDirectory(_ handle: UInt64, from offset: Int) throws(FSError) -> ArraySlice<DirectoryEntry> {
-        guard let entries = handles.withLock({ $0.dirs[handle] }) else { throw .badHandle }
+        guard let dir = handles.withLock({ $0.dirs[handle] }) else { throw .badHandle }
+        var entries = dir.entries ?? []
+        if dir.entries == nil || offset == 0 {
+            do {
+                entries = try store.read { try $0.children(of: dir.ino) }.map { DirectoryEntry(name: $0.name, attributes: attributes(of: $0)) }
+            } catch { throw .io }
+            handles.withLock { $0.dirs[handle]?.entries = entries }
+        }
         guard offset < entries.count else { return [] }
         return entries[offset...]
     }
