@@ -171,10 +171,6 @@ public struct LocalReader {
         try items("SELECT * FROM items WHERE parent = ? ORDER BY name", [parent])
     }
 
-    public func hasChildren(_ parent: Int64) throws -> Bool {
-        try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM items WHERE parent = ?)"), arguments: [parent]) ?? false
-    }
-
     public func childCount(of parent: Int64) throws -> Int {
         try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM items WHERE parent = ?"), arguments: [parent]) ?? 0
     }

@@ -21,18 +21,21 @@ struct FuseBridge: FileSystemHandler {
     static let entryTimeout: Duration = .seconds(3600)
     static let attributeTimeout: Duration = .seconds(3600)
 
-    static func fileAttributes(_ a: NodeAttributes) -> FileAttributes {
-        FileAttributes(
+    /// A folder's mtime also moves when the daemon changes its entries (KernelInvalidator), which
+    /// is what makes the kernel list it afresh.
+    func fileAttributes(_ a: NodeAttributes) -> FileAttributes {
+        let mtime = a.kind == .folder ? invalidator.folderModified(a.ino, stored: a.mtime) : a.mtime
+        return FileAttributes(
             ino: UInt64(a.ino), mode: (a.kind == .folder ? S_IFDIR : S_IFREG) | a.mode, nlink: a.nlink, uid: a.uid, gid: a.gid,
-            size: a.size, blocks: a.blocks, blockSize: 4096, atime: time(a.atime), mtime: time(a.mtime), ctime: time(a.ctime))
+            size: a.size, blocks: a.blocks, blockSize: 4096, atime: Self.time(a.atime), mtime: Self.time(mtime), ctime: Self.time(a.ctime))
     }
 
     static func time(_ t: Timestamp) -> FileTime {
         FileTime(seconds: t / 1_000_000_000, nanoseconds: Int32(t % 1_000_000_000))
     }
 
-    static func entry(_ a: NodeAttributes) -> FuseEntry {
-        FuseEntry(attributes: fileAttributes(a), generation: 0, attributeTimeout: attributeTimeout, entryTimeout: entryTimeout)
+    func entry(_ a: NodeAttributes) -> FuseEntry {
+        FuseEntry(attributes: fileAttributes(a), generation: 0, attributeTimeout: Self.attributeTimeout, entryTimeout: Self.entryTimeout)
     }
 
     static func nanoseconds(_ change: TimeChange?) -> Timestamp? {
@@ -46,7 +49,7 @@ struct FuseBridge: FileSystemHandler {
     func lookup(parent: UInt64, name: [UInt8], context: RequestContext, reply: consuming EntryReply) {
         do {
             if let a = try fs.lookup(parent: Int64(parent), name: name) {
-                reply.entry(Self.entry(a))
+                reply.entry(entry(a))
             } else {
                 reply.negative(timeout: Self.entryTimeout)
             }
@@ -56,7 +59,7 @@ struct FuseBridge: FileSystemHandler {
     func forget(ino: UInt64, lookups: UInt64) { fs.forget(Int64(ino)) }
 
     func getattr(ino: UInt64, handle: UInt64?, context: RequestContext, reply: consuming AttrReply) {
-        do { reply.attributes(Self.fileAttributes(try fs.attributes(Int64(ino))), timeout: Self.attributeTimeout) } catch { reply.error(error.errno) }
+        do { reply.attributes(fileAttributes(try fs.attributes(Int64(ino))), timeout: Self.attributeTimeout) } catch { reply.error(error.errno) }
     }
 
     func setattr(ino: UInt64, changes: AttributeChanges, handle: UInt64?, context: RequestContext, reply: consuming AttrReply) {
@@ -64,11 +67,11 @@ struct FuseBridge: FileSystemHandler {
             mode: changes.mode, uid: changes.uid, gid: changes.gid, size: changes.size,
             atime: Self.nanoseconds(changes.atime), mtime: Self.nanoseconds(changes.mtime))
         var pending: AttrReply? = consume reply
-        let fs = self.fs
+        let bridge = self
         Task {
             do {
-                let a = try await fs.setAttributes(Int64(ino), vfsChanges, handle: handle)
-                pending.take()!.attributes(Self.fileAttributes(a), timeout: Self.attributeTimeout)
+                let a = try await bridge.fs.setAttributes(Int64(ino), vfsChanges, handle: handle)
+                pending.take()!.attributes(bridge.fileAttributes(a), timeout: Self.attributeTimeout)
             } catch { pending.take()!.error((error as? FSError)?.errno ?? EIO) }
         }
     }
@@ -79,13 +82,13 @@ struct FuseBridge: FileSystemHandler {
         do {
             let opened = try fs.createFile(parent: Int64(parent), name: name, mode: mode, flags: O_WRONLY, uid: context.uid, gid: context.gid)
             fs.release(opened.handle)
-            reply.entry(Self.entry(opened.attributes))
+            reply.entry(entry(opened.attributes))
         } catch { reply.error(error.errno) }
     }
 
     func mkdir(parent: UInt64, name: [UInt8], mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
         do {
-            reply.entry(Self.entry(try fs.makeDirectory(parent: Int64(parent), name: name, mode: mode, uid: context.uid, gid: context.gid)))
+            reply.entry(entry(try fs.makeDirectory(parent: Int64(parent), name: name, mode: mode, uid: context.uid, gid: context.gid)))
         } catch { reply.error(error.errno) }
     }
 
@@ -155,7 +158,7 @@ struct FuseBridge: FileSystemHandler {
     func create(parent: UInt64, name: [UInt8], mode: UInt32, flags: Int32, context: RequestContext, reply: consuming CreateReply) {
         do {
             let opened = try fs.createFile(parent: Int64(parent), name: name, mode: mode, flags: flags, uid: context.uid, gid: context.gid)
-            if !reply.created(Self.entry(opened.attributes), handle: opened.handle) { fs.release(opened.handle) }
+            if !reply.created(entry(opened.attributes), handle: opened.handle) { fs.release(opened.handle) }
         } catch { reply.error(error.errno) }
     }
 
@@ -205,57 +208,41 @@ struct FuseBridge: FileSystemHandler {
         // The kernel keeps the listing (FOPEN_CACHE_DIR, and KEEP_CACHE so that an open does not
         // drop it): a second `ls` costs an open and a release, no query. Local changes through
         // the mount reset it in the kernel; changes the daemon makes (remote ones, conflicted
-        // copies) drop it through KernelInvalidator, which also watches for changes that race
-        // with a snapshot.
-        let handle: UInt64
-        do { handle = try fs.openDirectory(Int64(ino)) } catch { reply.error(error.errno); return }
-        // Never an empty listing: the kernel keeps it in no page at all, so dropping the
-        // folder's pages cannot take it back, and children that arrive later would stay unseen.
-        let options: OpenOptions = fs.directoryWasEmpty(handle) ? [] : [.cacheDirectory, .keepCache]
-        if !reply.opened(handle: handle, options: options) { releaseDirectory(handle) }
-    }
-
-    /// The entries of a listing from `offset`; at 0 a new snapshot, watched for racing changes.
-    func listing(_ ino: UInt64, _ handle: UInt64, from offset: Int) throws(FSError) -> ArraySlice<DirectoryEntry> {
-        if offset == 0 { invalidator.listingStarted(handle, folder: Int64(ino)) }
-        return try fs.readDirectory(handle, from: offset)
+        // copies) move the folder's mtime and invalidate it (KernelInvalidator), and the kernel
+        // then lists the folder afresh.
+        do {
+            let handle = try fs.openDirectory(Int64(ino))
+            if !reply.opened(handle: handle, options: [.cacheDirectory, .keepCache]) { fs.closeDirectory(handle) }
+        } catch { reply.error(error.errno) }
     }
 
     func readdir(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryReply) {
         do {
             var index = Int(offset)
-            let entries = try listing(ino, handle, from: index)
+            let entries = try fs.readDirectory(handle, from: index)
             for e in entries {
                 index += 1
                 if !reply.add(name: Array(e.name.utf8), ino: UInt64(e.attributes.ino), type: e.attributes.kind == .folder ? .directory : .regular, nextOffset: Int64(index)) { break }
             }
             reply.send()
-            if entries.isEmpty { invalidator.listingEnded(handle) }
         } catch { reply.error(error.errno) }
     }
 
     func readdirplus(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryPlusReply) {
         do {
             var index = Int(offset)
-            let entries = try listing(ino, handle, from: index)
+            let entries = try fs.readDirectory(handle, from: index)
             for e in entries {
                 index += 1
-                if !reply.add(name: Array(e.name.utf8), entry: Self.entry(e.attributes), nextOffset: Int64(index)) { break }
+                if !reply.add(name: Array(e.name.utf8), entry: entry(e.attributes), nextOffset: Int64(index)) { break }
             }
             reply.send()
-            // An empty answer is the end, where the kernel marks its copy of the listing complete.
-            if entries.isEmpty { invalidator.listingEnded(handle) }
         } catch { reply.error(error.errno) }
     }
 
     func releasedir(ino: UInt64, handle: UInt64, context: RequestContext, reply: consuming StatusReply) {
-        releaseDirectory(handle)
-        reply.success()
-    }
-
-    func releaseDirectory(_ handle: UInt64) {
         fs.closeDirectory(handle)
-        invalidator.listingClosed(handle)
+        reply.success()
     }
 
     func fsyncdir(ino: UInt64, handle: UInt64, dataOnly: Bool, context: RequestContext, reply: consuming StatusReply) {

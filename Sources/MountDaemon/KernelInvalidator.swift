@@ -1,4 +1,5 @@
 import FuseKit
+import ItemModel
 import Logging
 import ServiceLifecycle
 import SyncEngine
@@ -21,50 +22,33 @@ final class KernelInvalidator: MountObserver, Service {
     }
 
     func invalidate(_ invalidations: [KernelInvalidation]) {
-        listings.withLock { l in
-            l.sequence += 1
-            for case .entry(let parent, _) in invalidations { l.changed[parent] = l.sequence }
-            for case .inode(let ino) in invalidations { l.changed[ino] = l.sequence }
+        let folders = invalidations.compactMap { if case .entry(let parent, _) = $0 { parent } else { nil } }
+        if !folders.isEmpty {
+            let now = WallClock.now()
+            listingChanges.withLock { changed in
+                for folder in folders { changed[folder] = max(now, (changed[folder] ?? 0) + 1) }
+            }
         }
         sink.yield(invalidations)
     }
 
     // MARK: Cached listings
     //
-    // The kernel keeps a folder's listing once a reader has gone through it to the end. The
-    // daemon answers that reader from a snapshot taken at its first read; a change made between
-    // the snapshot and the end of the listing would be invalidated before the kernel has the
-    // (old) listing cached, and the old listing would then stay. So each listing remembers when
-    // its snapshot was taken, and a listing that reaches its end after a change to its folder
-    // drops the kernel's copy once more, after the end has been answered.
+    // The kernel keeps a folder's listing and checks it at the start of each listing against
+    // the folder's mtime, which it asks for again once its attributes were invalidated (libfuse's
+    // default `auto_inval_data`). Dropping the listing's pages is not enough on its own: an
+    // empty listing has no page, and a listing the daemon answered from a snapshot older than
+    // a change can be completed after that change's invalidation. So a folder whose entries the
+    // daemon changed shows, from then on, an mtime no older than that change (as a local folder
+    // would), and the kernel starts that folder's listing afresh.
 
-    struct Listings {
-        var sequence: UInt64 = 0
-        /// The sequence number of the last change to each folder.
-        var changed: [Int64: UInt64] = [:]
-        /// Listings under way: their folder and the sequence number before their snapshot.
-        var open: [UInt64: (folder: Int64, since: UInt64)] = [:]
-    }
+    /// When the daemon last changed each folder's entries. Kept in memory: a new mount starts
+    /// with no cached listing.
+    let listingChanges = Mutex<[Int64: Timestamp]>([:])
 
-    let listings = Mutex(Listings())
-
-    /// Called just before a listing's snapshot is taken.
-    func listingStarted(_ handle: UInt64, folder: Int64) {
-        listings.withLock { $0.open[handle] = (folder, $0.sequence) }
-    }
-
-    /// After the end of a listing was answered: drops the kernel's copy if it may be old.
-    func listingEnded(_ handle: UInt64) {
-        let stale = listings.withLock { l -> Int64? in
-            guard let (folder, since) = l.open[handle], l.changed[folder, default: 0] > since else { return nil }
-            return folder
-        }
-        // Not through `invalidate`: this is no new change, and must not mark other listings.
-        if let stale { sink.yield([.inode(stale)]) }
-    }
-
-    func listingClosed(_ handle: UInt64) {
-        _ = listings.withLock { $0.open.removeValue(forKey: handle) }
+    /// The mtime to show for a folder whose stored mtime is `stored`.
+    func folderModified(_ ino: Int64, stored: Timestamp) -> Timestamp {
+        max(stored, listingChanges.withLock { $0[ino] } ?? stored)
     }
 
     func event(_ event: MountEvent) { events.publish(event) }

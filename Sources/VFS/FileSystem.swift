@@ -52,7 +52,6 @@ public final class FileSystem: Sendable {
     /// its own copy, and those then cost no query.
     struct OpenDirectory {
         let ino: Int64
-        let wasEmpty: Bool
         var entries: [DirectoryEntry]?
     }
     let live = Mutex<[Int64: Live]>([:])
@@ -116,21 +115,13 @@ public final class FileSystem: Sendable {
     // MARK: Directories
 
     public func openDirectory(_ ino: Int64) throws(FSError) -> UInt64 {
-        let found: (LocalItem?, Bool)
-        do { found = try store.read { r in (try r.item(ino), try r.hasChildren(ino)) } } catch { throw .io }
-        guard let dir = found.0 else { throw .notFound }
-        guard dir.kind == .folder else { throw .notADirectory }
+        guard try item(ino).kind == .folder else { throw .notADirectory }
         return handles.withLock { h in
             let id = h.next
             h.next += 1
-            h.dirs[id] = OpenDirectory(ino: ino, wasEmpty: !found.1)
+            h.dirs[id] = OpenDirectory(ino: ino)
             return id
         }
-    }
-
-    /// Whether the folder had no entries when it was opened.
-    public func directoryWasEmpty(_ handle: UInt64) -> Bool {
-        handles.withLock { $0.dirs[handle]?.wasEmpty } ?? true
     }
 
     /// Entries from `offset` (an index into the snapshot; 0 is the first). A read at offset 0
@@ -564,6 +555,7 @@ public final class FileSystem: Sendable {
         let now = Self.now()
         var replaced: LocalItem?
         try commit { w in
+            replaced = nil  // `commit` may run this body a second time (a full disk)
             let r = w.reader
             guard var source = try r.child(of: parent, named: from.rawValue) else { throw FSError.notFound }
             guard let destination = try r.item(newParent) else { throw FSError.notFound }
@@ -808,7 +800,8 @@ public final class FileSystem: Sendable {
             throw error
         } catch where Self.fsError(error) == .noSpace {
             // The volume is full. The reserve is there for this: without it not even an `rm`
-            // that would free space could be recorded. The transaction rolled back; run it again.
+            // that would free space could be recorded. The transaction rolled back; run it again
+            // (bodies change nothing but the database, or reset what they set).
             cache.dropReserve()
             do { return try store.write(body) } catch let error as FSError { throw error } catch {
                 logger.error("database write failed", metadata: ["error": "\(error)"])
