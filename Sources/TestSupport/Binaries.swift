@@ -29,10 +29,6 @@ public func run(
     process.standardError = err
     process.standardInput = inp
     try process.run()
-    // Descriptors are closed here, not left to the handles' deallocation: Foundation keeps
-    // these objects alive, and a run of polling tests leaked thousands of pipes until spawning
-    // the next child crashed.
-    try? inp.fileHandleForReading.close()
     if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
     try inp.fileHandleForWriting.close()
     let outData = PipeCollector(out.fileHandleForReading)
@@ -71,6 +67,9 @@ final class PipeCollector: @unchecked Sendable {
                 if chunk.isEmpty { break }
                 lock.withLock { data.append(chunk) }
             }
+            // Closed here, not left to the handle's deallocation: Foundation keeps these objects
+            // alive, and a run of polling tests leaked thousands of pipes until spawning the
+            // next child crashed.
             try? handle.close()
             lock.withLock { finished = true }
         }
