@@ -12,7 +12,7 @@ import VFS
 struct InFlightTests {
     /// Waits until nothing is queued and every change is applied.
     func settled(_ h: Harness) async throws {
-        try await h.settled("the outbox to drain and the echo to be applied", timeout: .seconds(15))
+        try await h.settled("the outbox to drain and the echo to be applied")
     }
 
     /// Opens the gate and waits until the held call has its answer.

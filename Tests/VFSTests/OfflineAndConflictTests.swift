@@ -91,7 +91,7 @@ struct OfflineTests {
             #expect(try h.xattr(ino, "user.ubiq.uploadingError") == nil, "being offline is not an upload error")
 
             h.remote.isOnline = true
-            try await eventually(timeout: .seconds(15), "the edit to reach the server") { h.remote.content(of: id) == v2 }
+            try await eventually("the edit to reach the server") { h.remote.content(of: id) == v2 }
             try await eventually("the outbox to drain") { try h.outbox().isEmpty }
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
             #expect(h.engine.isConnected)
@@ -111,7 +111,7 @@ struct OfflineTests {
             #expect(h.remote.item(atPath: "/retry.bin") == nil)
             #expect(try h.pending(ino) == [.content])
             h.remote.failUploadsAfter = nil
-            try await eventually(timeout: .seconds(15), "the retry to land") { try h.outbox().isEmpty }
+            try await eventually("the retry to land") { try h.outbox().isEmpty }
             #expect(h.remote.item(atPath: "/retry.bin")?.digest == sha(content))
         }
     }
@@ -137,7 +137,7 @@ struct ConflictTests {
             try await h.overwrite(ino, mine)
             h.remote.isOnline = true
 
-            try await eventually(timeout: .seconds(15), "the refusal to be recorded") { try h.xattr(ino, "user.ubiq.uploadingError") != nil }
+            try await eventually("the refusal to be recorded") { try h.xattr(ino, "user.ubiq.uploadingError") != nil }
             #expect(h.remote.content(of: id) == theirs, "the server keeps the other device's content")
             #expect(h.remote.liveItem(id)?.revision == other.revision)
             #expect(try h.pending(ino) == [.content], "the local edit stays queued")
@@ -190,7 +190,7 @@ struct ConflictTests {
             try h.remote.otherDevice.move(id, to: "new.txt")
             try await h.overwrite(ino, Array("v2".utf8))
             h.remote.isOnline = true
-            try await h.settled("both changes to settle", timeout: .seconds(15))
+            try await h.settled("both changes to settle")
             #expect(h.remote.item(atPath: "/new.txt")?.id == id)
             #expect(h.remote.content(of: id) == Array("v2".utf8))
             #expect(h.remote.tree().count == 1)
@@ -211,7 +211,7 @@ struct ConflictTests {
             try h.remote.otherDevice.delete(id)
             try await h.overwrite(ino, Array("edited".utf8))
             h.remote.isOnline = true
-            try await eventually(timeout: .seconds(15), "the edit to come back to the server") {
+            try await eventually("the edit to come back to the server") {
                 try h.outbox().isEmpty && h.remote.content(atPath: "/keep.txt") == Array("edited".utf8)
             }
             #expect(try await h.read(try h.requireIno("/keep.txt")) == Array("edited".utf8))

@@ -38,7 +38,7 @@ struct RecoveryTests {
         h.remote.loseAnswer(.uploadBlob)
         let ino = try h.writeNewFile("once.txt", Array("once".utf8))
         try await h.running {
-            try await h.settled("the retry to settle", timeout: .seconds(15))
+            try await h.settled("the retry to settle")
             #expect(h.remote.tree() == ["/once.txt": .init(kind: .file, digest: sha(Array("once".utf8)))])
             #expect(h.remote.calls(.createItem) >= 2, "the create was retried")
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
