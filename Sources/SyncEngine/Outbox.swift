@@ -19,6 +19,9 @@ extension SyncEngine {
         case later(String, after: Duration, offline: Bool)
     }
 
+    /// How the sending of one outbox entry ended; nil when it was gone before it was sent.
+    typealias EntryResult = (seq: Int64, ino: Int64, outcome: Outcome?)
+
     /// One pass over the outbox: every entry that is due, in order. Returns when nothing is due
     /// or the server cannot be reached.
     ///
@@ -37,7 +40,7 @@ extension SyncEngine {
         var inFlight: [Int64: Int64] = [:]  // seq: ino
         var running = 0
 
-        func settle(_ results: [(seq: Int64, ino: Int64, outcome: Outcome?)]) {
+        func settle(_ results: [EntryResult]) {
             for (seq, ino, outcome) in results {
                 inFlight[seq] = nil
                 guard let outcome else { continue }
@@ -55,7 +58,7 @@ extension SyncEngine {
             }
         }
 
-        await withTaskGroup(of: [(seq: Int64, ino: Int64, outcome: Outcome?)].self) { tasks in
+        await withTaskGroup(of: [EntryResult].self) { tasks in
             func waitForOne() async -> Bool {
                 guard let results = await tasks.next() else { return false }
                 running -= 1

@@ -59,8 +59,8 @@ extension SyncEngine {
     }
 
     /// Sends `entries` (small creates, see `smallCreatesFollowing`) in one request.
-    func sendBatch(_ entries: [OutboxEntry]) async -> [(seq: Int64, ino: Int64, outcome: Outcome?)] {
-        var results: [(seq: Int64, ino: Int64, outcome: Outcome?)] = []
+    func sendBatch(_ entries: [OutboxEntry]) async -> [EntryResult] {
+        var results: [EntryResult] = []
         var alone: [OutboxEntry] = []
         var prepared: [PreparedCreate] = []
         do {
@@ -171,7 +171,7 @@ extension SyncEngine {
     /// The single path, one after another: for an entry that goes alone, and for those a batch
     /// could not carry. Each is read again first: sent or dropped meanwhile (an earlier entry's
     /// handling may do either), or updated (a deletion's base revision).
-    func sendAlone(_ entries: [OutboxEntry], into results: [(seq: Int64, ino: Int64, outcome: Outcome?)]) async -> [(seq: Int64, ino: Int64, outcome: Outcome?)] {
+    func sendAlone(_ entries: [OutboxEntry], into results: [EntryResult]) async -> [EntryResult] {
         var results = results
         for entry in entries {
             guard let current = try? store.read({ try $0.outboxEntry(entry.seq) }) else {
