@@ -122,12 +122,7 @@ struct FuseBridge: FileSystemHandler {
     func open(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
         // Content here: answer on this thread. Only an open that must download first waits.
         do {
-            if let opened = try fs.openIfLocal(Int64(ino), flags: flags) {
-                if !reply.opened(handle: opened.handle, options: opened.keepCache ? [.keepCache] : []) {
-                    fs.release(opened.handle)  // the caller was interrupted: no release will come
-                }
-                return
-            }
+            if let opened = try fs.openIfLocal(Int64(ino), flags: flags) { return Self.answer(reply, opened, fs) }
         } catch {
             return reply.error(error.errno)
         }
@@ -144,6 +139,12 @@ struct FuseBridge: FileSystemHandler {
             return pending.fail(error.errno)
         }
         Self.openInTask(fs, ino: ino, flags: flags, pending)
+    }
+
+    static func answer(_ reply: consuming OpenReply, _ opened: FileSystem.Opened, _ fs: FileSystem) {
+        if !reply.opened(handle: opened.handle, options: opened.keepCache ? [.keepCache] : []) {
+            fs.release(opened.handle)  // the caller was interrupted: no release will come
+        }
     }
 
     /// The general open: waits in a task for what it needs, and says why it failed.
@@ -287,9 +288,7 @@ final class PendingOpen: Sendable {
 
     func answer(_ opened: FileSystem.Opened, _ fs: FileSystem) {
         guard let reply = reply.withLock({ $0.take() }) else { return }
-        if !reply.opened(handle: opened.handle, options: opened.keepCache ? [.keepCache] : []) {
-            fs.release(opened.handle)  // the caller was interrupted: no release will come
-        }
+        FuseBridge.answer(reply, opened, fs)
     }
 
     func fail(_ errno: Int32) {
