@@ -275,11 +275,11 @@ public final class FileSystem: Sendable {
                 throw error
             }
             markWritten(handle)
-            engine.didAccess(ino)
-            return Opened(handle: handle, keepCache: false, attributes: attributes(of: try self.item(ino)))
         }
         engine.didAccess(ino)
-        return Opened(handle: handle, keepCache: wasLocal, attributes: attributes(of: item))
+        // Truncated: the row changed (read it again), and the kernel's cached pages are old.
+        let shown = try truncate ? self.item(ino) : item
+        return Opened(handle: handle, keepCache: wasLocal && !truncate, attributes: attributes(of: shown))
     }
 
     public enum ReadResult: Sendable {
@@ -794,22 +794,22 @@ public final class FileSystem: Sendable {
 
     @discardableResult
     func commit<T>(_ body: (LocalWriter) throws -> T) throws(FSError) -> T {
-        do {
-            return try store.write(body)
-        } catch let error as FSError {
-            throw error
-        } catch where Self.fsError(error) == .noSpace {
-            // The volume is full. The reserve is there for this: without it not even an `rm`
-            // that would free space could be recorded. The transaction rolled back; run it again
-            // (bodies change nothing but the database, or reset what they set).
-            cache.dropReserve()
-            do { return try store.write(body) } catch let error as FSError { throw error } catch {
+        var reserveLeft = true
+        while true {
+            do {
+                return try store.write(body)
+            } catch let error as FSError {
+                throw error
+            } catch where reserveLeft && Self.fsError(error) == .noSpace {
+                // The volume is full. The reserve is there for this: without it not even an `rm`
+                // that would free space could be recorded. The transaction rolled back; run it
+                // again (bodies change nothing but the database, or reset what they set).
+                reserveLeft = false
+                cache.dropReserve()
+            } catch {
                 logger.error("database write failed", metadata: ["error": "\(error)"])
                 throw Self.fsError(error)
             }
-        } catch {
-            logger.error("database write failed", metadata: ["error": "\(error)"])
-            throw Self.fsError(error)
         }
     }
 
