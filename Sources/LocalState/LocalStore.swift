@@ -336,7 +336,7 @@ public struct LocalWriter {
 
     public func addOrphan(_ id: ItemID, parent: ItemID, json: Data) throws {
         try db.cachedStatement(sql: "INSERT OR REPLACE INTO orphans (item_id, parent_id, json) VALUES (?, ?, ?)").execute(
-                       arguments: [id.rawValue, parent.rawValue, json])
+            arguments: [id.rawValue, parent.rawValue, json])
     }
 
     public func removeOrphan(_ id: ItemID) throws {

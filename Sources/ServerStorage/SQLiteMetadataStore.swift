@@ -12,6 +12,7 @@ import ItemModel
 /// new state inside one write transaction, so of two concurrent uploads exactly one wins.
 public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, Sendable {
     let writer: any DatabaseWriter
+    let now: @Sendable () -> Timestamp
 
     /// Reads run on the calling thread. A query answered from the page cache takes
     /// microseconds, less than the two thread hops of GRDB's async read, which were a large
@@ -20,7 +21,6 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     func readNow<T>(_ body: (Database) throws -> T) throws -> T {
         try writer.read(body)
     }
-    let now: @Sendable () -> Timestamp
 
     /// Opens (creating when missing) the database file at `path`.
     public convenience init(path: String, now: @escaping @Sendable () -> Timestamp = WallClock.now) throws {
