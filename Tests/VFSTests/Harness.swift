@@ -132,8 +132,8 @@ struct Harness: Sendable {
     func caughtUp() throws -> Bool { try appliedCursor() == remote.latestCursor.rawValue }
 
     /// Waits until nothing is queued and every change the server has is applied here.
-    func settled(_ what: String = "the upload and its echo", timeout: Duration = waitLimit) async throws {
-        try await eventually(timeout: timeout, what) { try outbox().isEmpty && caughtUp() }
+    func settled(_ what: String = "the upload and its echo") async throws {
+        try await eventually(what) { try outbox().isEmpty && caughtUp() }
     }
 
     func children(_ ino: Int64 = rootIno) throws -> [String] {
