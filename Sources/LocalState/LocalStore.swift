@@ -218,6 +218,14 @@ public struct LocalReader {
         (try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox WHERE op = 'delete' AND item_id = ?"), arguments: [id.rawValue]) ?? 0) > 0
     }
 
+    /// True while the request that creates the item `ino` on the server may be in flight: its
+    /// create (a folder's, or a new file's first content) was started and is still queued.
+    public func hasStartedCreate(_ ino: Int64) throws -> Bool {
+        (try Int.fetchOne(
+            try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox WHERE ino = ? AND op IN ('createFolder', 'content') AND attempts > 0"),
+            arguments: [ino]) ?? 0) > 0
+    }
+
     public func tombstone(of id: ItemID) throws -> Revision? {
         try String.fetchOne(try db.cachedStatement(sql: "SELECT revision FROM tombstones WHERE item_id = ?"), arguments: [id.rawValue]).map(Revision.init(_:))
     }

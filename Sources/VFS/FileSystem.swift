@@ -602,6 +602,12 @@ public final class FileSystem: Sendable {
                 if source.revision != nil {
                     try w.enqueue(.move, ino: source.ino)
                     if source.content == .dirty { try w.enqueue(.content, ino: source.ino) }
+                } else if try r.hasStartedCreate(source.ino) {
+                    // The create in flight carries the old name and place. The move goes in the
+                    // queue now, in its turn: a follow-up queued when the create is answered
+                    // would come after a later deletion of the old folder, which the server
+                    // then refuses as not empty (a false conflict that restored the folder).
+                    try w.enqueue(.move, ino: source.ino)
                 }
             case (false, true):
                 // Into a `.nosync` folder: local-only from now on, gone from the server.

@@ -80,6 +80,35 @@ struct InFlightTests {
         }
     }
 
+    /// Regression (found by the random-operations test under load): the move of a file out of
+    /// a folder was queued only when the file's create was answered, behind the folder's
+    /// deletion. The server refused that deletion (not empty), the folder came back as a
+    /// "conflict", and a new file of the folder's name became a conflicted copy.
+    @Test("a file moved out of its folder while its create is in flight lets the folder go, with no conflict")
+    func moveOutDuringCreateThenRemoveFolder() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            let folder = try h.mkdir("c")
+            try await settled(h)
+            let gate = h.remote.hold(.createItem)
+            try h.writeNewFile("e.txt", in: folder, Array("moved".utf8))
+            try await eventually("the create to be in flight") { gate.arrivals == 1 }
+            try h.fs.rename(parent: folder, name: n("e.txt"), newParent: rootIno, newName: n("d.txt"), noReplace: false, exchange: false)
+            try h.fs.removeDirectory(parent: rootIno, name: n("c"))
+            try h.writeNewFile("c", Array("new".utf8))
+            try await release(gate, .createItem, h)
+            try await settled(h)
+            #expect(h.remote.tree() == [
+                "/d.txt": .init(kind: .file, digest: sha(Array("moved".utf8))),
+                "/c": .init(kind: .file, digest: sha(Array("new".utf8))),
+            ])
+            #expect(try h.children() == ["c", "d.txt"])
+            let conflicts = h.observer.events.filter { $0.kind == "conflict" }
+            #expect(conflicts.isEmpty, "false conflicts: \(conflicts.map { "\($0.path ?? "") \($0.detail ?? "")" })")
+        }
+    }
+
     /// Regression: the create in flight landed anyway and its echo brought the file back.
     @Test("a delete made while the file's create is in flight removes it from the server")
     func deleteDuringCreate() async throws {
