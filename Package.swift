@@ -46,7 +46,7 @@ let package = Package(
         .target(
             name: "MountDaemon",
             dependencies: [
-                "VFS", "SyncEngine", "SyncClient", "LocalState", "FuseKit", "SyncAPI", "ItemModel",
+                "VFS", "SyncEngine", "SyncClient", "LocalState", "FuseKit", "SyncAPI", "ItemModel", "PageCache",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -67,7 +67,7 @@ let package = Package(
         .target(
             name: "ServerStorage",
             dependencies: [
-                "ItemModel",
+                "ItemModel", "PageCache",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -80,7 +80,7 @@ let package = Package(
         .target(
             name: "SyncEngine",
             dependencies: [
-                "LocalState", "SyncAPI", "ItemModel",
+                "LocalState", "SyncAPI", "ItemModel", "PageCache",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -101,6 +101,7 @@ let package = Package(
             dependencies: ["ItemModel", .product(name: "GRDB", package: "GRDB.swift")]
         ),
         .target(name: "SyncAPI", dependencies: ["ItemModel"]),
+        .target(name: "PageCache"),
         .target(name: "FuseKit", dependencies: ["CFuse3"]),
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
         .target(name: "ItemModel"),
@@ -124,6 +125,7 @@ let package = Package(
             dependencies: ["TestSupport", "SyncAPI", "ItemModel"]
         ),
         .testTarget(name: "ItemModelTests", dependencies: ["ItemModel", "SyncAPI"]),
+        .testTarget(name: "PageCacheTests", dependencies: ["PageCache"]),
         .testTarget(name: "ServerStorageTests", dependencies: ["ServerStorage", "TestSupport", "ItemModel"]),
         .testTarget(
             name: "SyncServerTests",

@@ -2,6 +2,7 @@ import FuseKit
 import Glibc
 import ItemModel
 import LocalState
+import PageCache
 import Synchronization
 import VFS
 
@@ -169,7 +170,7 @@ struct FuseBridge: FileSystemHandler {
             switch try fs.readIfLocal(handle, offset: offset, size: size) {
             case .bytes(let b)?: return reply.data(b)
             case .file(let fd, let off, let count)?:
-                _ = reply.file(descriptor: fd, offset: off, count: count)
+                if reply.file(descriptor: fd, offset: off, count: count) { Self.servedFromCache(fd, off, count) }
                 return
             case nil: break
             }
@@ -182,10 +183,17 @@ struct FuseBridge: FileSystemHandler {
             do {
                 switch try await fs.read(handle, offset: offset, size: size) {
                 case .bytes(let b): pending.take()!.data(b)
-                case .file(let fd, let off, let count): _ = pending.take()!.file(descriptor: fd, offset: off, count: count)
+                case .file(let fd, let off, let count):
+                    if pending.take()!.file(descriptor: fd, offset: off, count: count) { Self.servedFromCache(fd, off, count) }
                 }
             } catch { pending.take()!.error((error as? FSError)?.errno ?? EIO) }
         }
+    }
+
+    /// The kernel keeps what it read in the mount's own page cache (open with keep_cache), so
+    /// the cache file's copy of a file read through is dropped behind the reader (DropBehind).
+    static func servedFromCache(_ fd: Int32, _ offset: Int64, _ count: Int) {
+        DropBehind.afterRead(fd: fd, range: offset..<(offset + Int64(count)))
     }
 
     func write(ino: UInt64, handle: UInt64, offset: Int64, data: [UInt8], isWritepage: Bool, context: RequestContext, reply: consuming WriteReply) {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Crypto
 import ItemModel
+import PageCache
 
 public enum BlobStoreError: Error, Sendable, Equatable {
     /// The disk is full (ENOSPC) or over quota (EDQUOT).
@@ -177,7 +178,11 @@ final class FileBlobReader: BlobReader, @unchecked Sendable {
     func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         while true {
             let n = pread(fd, buffer.baseAddress, buffer.count, off_t(offset))
-            if n >= 0 { return n }
+            if n >= 0 {
+                // A blob is streamed to a device once and kept there; see DropBehind.
+                DropBehind.afterRead(fd: fd, range: offset..<(offset + Int64(n)))
+                return n
+            }
             if errno != EINTR { throw BlobStoreError.io(operation: "read", errno: errno) }
         }
     }

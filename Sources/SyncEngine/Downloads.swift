@@ -3,6 +3,7 @@ import Foundation
 import ItemModel
 import LocalState
 import Logging
+import PageCache
 import SyncAPI
 import Synchronization
 
@@ -359,6 +360,7 @@ final class CacheFileSink: @unchecked Sendable {
         try Self.write(bytes, fd: fd, at: offset)
         let range = offset..<(offset + Int64(bytes.count))
         offset = range.upperBound
+        DropBehind.afterWrite(fd: fd, range: range)
         landed(range)
     }
 

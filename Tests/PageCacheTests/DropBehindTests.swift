@@ -1,0 +1,61 @@
+import Glibc
+import PageCache
+import Testing
+
+@Suite struct DropBehindTests {
+    static let mib: Int64 = 1 << 20
+
+    @Test func aBoundaryIsCrossedByTheReadThatReachesIt() {
+        let m = Self.mib
+        #expect(DropBehind.crossedBoundary(0..<(128 << 10)) == nil)
+        #expect(DropBehind.crossedBoundary((2 * m - (128 << 10))..<(2 * m)) == 2 * m)
+        #expect(DropBehind.crossedBoundary((2 * m)..<(2 * m + 4096)) == nil)
+        #expect(DropBehind.crossedBoundary((3 * m)..<(5 * m)) == 4 * m)
+        #expect(DropBehind.crossedBoundary((3 * m)..<(3 * m)) == nil)
+    }
+
+    /// A real file on the test machine's disk, read in 128 KiB steps as the kernel's readahead
+    /// asks for it: what is left in the page cache is the head block and the last block (each
+    /// block is dropped when the read reaches the end of the block after it).
+    @Test func aSequentialReadLeavesTheHeadAndTheLastBlocks() throws {
+        let path = "/tmp/ubiq-dropbehind-\(getpid())"
+        let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        try #require(fd >= 0)
+        defer { close(fd); unlink(path) }
+        let size = 12 * Self.mib
+        let chunk = [UInt8](repeating: 7, count: 128 << 10)
+        var offset: Int64 = 0
+        while offset < size {
+            let n = chunk.withUnsafeBytes { pwrite(fd, $0.baseAddress!, $0.count, off_t(offset)) }
+            try #require(n == chunk.count)
+            DropBehind.afterWrite(fd: fd, range: offset..<(offset + Int64(n)))
+            offset += Int64(n)
+        }
+        // Clean everything, so that only the drops below decide what stays.
+        try #require(fsync(fd) == 0)
+        var buffer = [UInt8](repeating: 0, count: chunk.count)
+        offset = 0
+        while offset < size {
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, $0.count, off_t(offset)) }
+            try #require(n == buffer.count)
+            DropBehind.afterRead(fd: fd, range: offset..<(offset + Int64(n)))
+            offset += Int64(n)
+        }
+        let resident = try residentBlocks(fd: fd, size: size)
+        #expect(resident == [true, false, false, false, false, true])
+    }
+
+    /// For each 2 MiB block of the file, whether all its pages are in the page cache (mincore).
+    func residentBlocks(fd: Int32, size: Int64) throws -> [Bool] {
+        let map = mmap(nil, Int(size), PROT_READ, MAP_SHARED, fd, 0)
+        try #require(map != MAP_FAILED)
+        defer { munmap(map, Int(size)) }
+        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+        var pages = [UInt8](repeating: 0, count: Int(size) / pageSize)
+        try #require(mincore(map, Int(size), &pages) == 0)
+        let perBlock = Int(DropBehind.block) / pageSize
+        return stride(from: 0, to: pages.count, by: perBlock).map { start in
+            pages[start..<(start + perBlock)].allSatisfy { $0 & 1 == 1 }
+        }
+    }
+}
