@@ -328,12 +328,24 @@ public final class FileSystem: Sendable {
         engine.didWrite(h.ino)
         let end = offset + Int64(done)
         let now = Self.now()
-        let base = (try? item(h.ino).size) ?? 0
-        live.withLock { l in
-            var entry = l[h.ino] ?? Live(size: base, modified: now)
+        // The size the database holds is needed only by the first write since the open; later
+        // writes (and every write to a file created here) find it in `live`.
+        func grow(_ entry: inout Live) {
             entry.size = max(entry.size, end)
             entry.modified = now
-            l[h.ino] = entry
+        }
+        let known = live.withLock { l -> Bool in
+            guard l[h.ino] != nil else { return false }
+            grow(&l[h.ino]!)
+            return true
+        }
+        if !known {
+            let base = (try? item(h.ino).size) ?? 0
+            live.withLock { l in
+                var entry = l[h.ino] ?? Live(size: base, modified: now)
+                grow(&entry)
+                l[h.ino] = entry
+            }
         }
         if !h.wrote { markWritten(handle) }
         return done
