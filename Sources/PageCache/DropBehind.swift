@@ -1,6 +1,6 @@
 import Glibc
 
-/// Lets a sequential stream through a file release the page cache it leaves behind.
+/// Lets a sequential pass through a file release the page cache it leaves behind.
 ///
 /// Why: a file streamed once (a blob the server sends, a cache file the mount serves to the
 /// kernel, which keeps its own copy of what it read) would otherwise stay in the page cache
@@ -18,23 +18,15 @@ public enum DropBehind {
     public static let block: Int64 = 2 << 20
 
     /// After `range` of `fd` was read in a sequential pass: drops the block that ended a block
-    /// before the boundary this read reached. Dirty pages are not dropped (the kernel only
-    /// drops clean pages); see `afterWrite`.
+    /// before the boundary this read reached, and asks again for the block before that one.
+    /// The kernel drops only clean pages; for dirty ones (a download just wrote them) Linux
+    /// starts their writeback instead, so the second ask, a block later, usually finds them
+    /// clean (what is still dirty then stays until the kernel writes it back as usual).
     public static func afterRead(fd: Int32, range: Range<Int64>) {
         guard let boundary = crossedBoundary(range) else { return }
-        let start = boundary - 2 * block
-        guard start >= block else { return }
-        _ = posix_fadvise(fd, off_t(start), off_t(block), POSIX_FADV_DONTNEED)
-    }
-
-    /// After `range` of `fd` was written in a sequential pass: starts the writeback of the block
-    /// it completed (on Linux, DONTNEED starts writeback of dirty pages and drops only clean
-    /// ones, which a just-written block has none of), so that a reader's `afterRead` finds the
-    /// block clean and can drop it. Without it the block stays dirty, and in memory, for up to
-    /// 30 seconds.
-    public static func afterWrite(fd: Int32, range: Range<Int64>) {
-        guard let boundary = crossedBoundary(range), boundary - block >= block else { return }
-        _ = posix_fadvise(fd, off_t(boundary - block), off_t(block), POSIX_FADV_DONTNEED)
+        for start in [boundary - 2 * block, boundary - 3 * block] where start >= block {
+            _ = posix_fadvise(fd, off_t(start), off_t(block), POSIX_FADV_DONTNEED)
+        }
     }
 
     /// The block boundary at or before `range`'s end when `range` reached it, else nil.

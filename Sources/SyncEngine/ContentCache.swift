@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import ItemModel
+import PageCache
 
 // Not in the Glibc module (it needs _GNU_SOURCE); glibc exports it.
 @_silgen_name("copy_file_range")
@@ -101,7 +102,9 @@ public struct ContentCache: Sendable {
 
     /// SHA-256 and length of what `fd` holds from offset 0: up to its end, or up to `limit`
     /// bytes. The one hashing loop for uploads (a snapshot) and downloads (the check).
-    public static func sha256(of fd: Int32, limit: Int64 = .max) throws -> (ContentDigest, Int64) {
+    /// `dropBehind`: the pass releases the page cache behind it (see `DropBehind`); for a
+    /// download's check, whose bytes a reader already has in the mount's own page cache.
+    public static func sha256(of fd: Int32, limit: Int64 = .max, dropBehind: Bool = false) throws -> (ContentDigest, Int64) {
         var hasher = SHA256()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var total: Int64 = 0
@@ -113,6 +116,7 @@ public struct ContentCache: Sendable {
             }
             if n == 0 { break }
             buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<n])) }
+            if dropBehind { DropBehind.afterRead(fd: fd, range: total..<(total + Int64(n))) }
             total += Int64(n)
         }
         return (ContentDigest(bytes: hasher.finalize()), total)

@@ -3,7 +3,6 @@ import Foundation
 import ItemModel
 import LocalState
 import Logging
-import PageCache
 import SyncAPI
 import Synchronization
 
@@ -244,7 +243,7 @@ public final class Downloads: Sendable {
         try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global(qos: .utility).async {
                 continuation.resume(with: Result {
-                    let (digest, length) = try ContentCache.sha256(of: fd, limit: size)
+                    let (digest, length) = try ContentCache.sha256(of: fd, limit: size, dropBehind: true)
                     guard length == size else { throw EngineError.io("cannot read back a download", EIO) }
                     return digest
                 })
@@ -360,7 +359,6 @@ final class CacheFileSink: @unchecked Sendable {
         try Self.write(bytes, fd: fd, at: offset)
         let range = offset..<(offset + Int64(bytes.count))
         offset = range.upperBound
-        DropBehind.afterWrite(fd: fd, range: range)
         landed(range)
     }
 
