@@ -20,7 +20,12 @@ struct ToolResult: Sendable {
 }
 
 /// Runs `arguments` (a program from PATH and its arguments), killed after `seconds`.
-func run(_ arguments: [String], seconds: Int = 10) async throws -> ToolResult {
+///
+/// 30 s, not less: some handlers answer from tasks, and at the start of a full test run the
+/// cooperative pool (one thread per core) is shared with every suite starting at once. An
+/// `ls` of three entries was killed at 10 s there once, while the same test alone takes
+/// milliseconds. A hung handler still fails the test, just later.
+func run(_ arguments: [String], seconds: Int = 30) async throws -> ToolResult {
     let directory = FileManager.default.temporaryDirectory
     let outURL = directory.appendingPathComponent("fusekit-out-\(UUID().uuidString)")
     let errURL = directory.appendingPathComponent("fusekit-err-\(UUID().uuidString)")
@@ -57,7 +62,7 @@ func run(_ arguments: [String], seconds: Int = 10) async throws -> ToolResult {
 }
 
 /// Runs a shell command line.
-func sh(_ command: String, seconds: Int = 10) async throws -> ToolResult {
+func sh(_ command: String, seconds: Int = 30) async throws -> ToolResult {
     try await run(["sh", "-c", command], seconds: seconds)
 }
 
