@@ -254,6 +254,15 @@ public enum ConflictNaming {
         return trimmed + suffix
     }
 
+    /// The name an item takes on the server for a moment while a cycle of local renames (names
+    /// swapped) is sent: hidden (a leading dot), unique by the item's ID, never too long.
+    public static func movingName(_ name: String, id: ItemID) -> String {
+        let suffix = ".ubiq-moving-\(id.rawValue.prefix(12))"
+        var trimmed = name
+        while (("." + trimmed) + suffix).utf8.count > ItemName.maxByteCount && !trimmed.isEmpty { trimmed.removeLast() }
+        return "." + trimmed + suffix
+    }
+
     static func split(_ name: String) -> (String, String) {
         guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return (name, "") }
         return (String(name[..<dot]), String(name[dot...]))

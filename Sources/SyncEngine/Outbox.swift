@@ -430,7 +430,7 @@ extension SyncEngine {
     /// The server still has an item under the name because our own deletion of it is queued
     /// behind this request (a safe save replaced it): send that deletion first.
     /// Likewise when the item in the way is one of ours with a queued move away from the name.
-    func sendPendingDelete(of id: ItemID?) async throws -> Bool {
+    func sendPendingDelete(of id: ItemID?, for ino: Int64) async throws -> Bool {
         guard let id else { return false }
         let queue = try store.read { try $0.outbox(limit: 10_000) }
         if let entry = queue.first(where: { $0.op == .delete && $0.itemID == id }) {
@@ -440,15 +440,39 @@ extension SyncEngine {
         guard let blocker = try store.read({ try $0.item(id: id) }),
               let move = queue.first(where: { $0.ino == blocker.ino && $0.op == .move && $0.notBefore <= Self.now() })
         else { return false }
-        if case .done = await run(move) { return true }
+        let sent = await Self.$waitingMoves.withValue(Self.waitingMoves.union([ino])) { await run(move) }
+        if case .done = sent { return true }
         return false
+    }
+
+    /// Items whose moves wait, up the call chain, for the move being sent now to free a name.
+    /// A move whose name is held by one of them closes a cycle (names swapped locally, as in
+    /// `mv a t; mv b a; mv t b`): each item's queued move carries only its final name, so
+    /// sending one to free the other's would never end. It was a livelock: two moves sent each
+    /// other thousands of times a second and the outbox behind them never drained.
+    @TaskLocal static var waitingMoves: Set<Int64> = []
+
+    /// Breaks a cycle of moves: this item goes to a temporary name in its folder on the server,
+    /// which frees its old name for the move that waits for it; its own move stays queued and
+    /// takes the final name once that is free.
+    func moveAsideOnServer(_ ino: Int64) async throws -> Outcome {
+        guard let item = try store.read({ try $0.item(ino) }), let base = item.revision,
+              let parentID = try await parentOnServer(item)
+        else { return .later("waiting for a swapped name to be freed", after: .milliseconds(100), offline: false) }
+        let temporary = ConflictNaming.movingName(item.name, id: item.itemID)
+        let result = try await remote.updateItem(item.itemID, UpdateItemRequest(baseRevision: base, name: temporary, parentID: parentID))
+        try adoptMetadata(ino, result)
+        return .again
     }
 
     /// The server refused a name because another item holds it there. If that item is one of
     /// ours, our own queued change will free the name: send it (or wait for it). Only an item
     /// this device does not know (another device's) makes this one a conflicted copy.
     func nameTaken(by holder: ItemMetadata?, for ino: Int64) async throws -> Outcome {
-        if try await sendPendingDelete(of: holder?.id) { return .again }
+        if let id = holder?.id, let mine = try store.read({ try $0.item(id: id) }), Self.waitingMoves.contains(mine.ino) {
+            return try await moveAsideOnServer(ino)
+        }
+        if try await sendPendingDelete(of: holder?.id, for: ino) { return .again }
         if let id = holder?.id {
             if let mine = try store.read({ try $0.item(id: id) }) {
                 let queued = try store.read { try $0.outbox(limit: 10_000) }.contains { $0.ino == mine.ino && $0.op == .move }

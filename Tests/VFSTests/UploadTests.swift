@@ -180,4 +180,31 @@ struct UploadTests {
             #expect(h.remote.item(atPath: "/folder/b.txt")?.id == aID)
         }
     }
+
+    /// Regression: each item's queued move carries only its final name, so two swapped names
+    /// each waited for the other, and the outbox sent the two moves to each other thousands of
+    /// times a second, never draining (seen in the mount test's random burst).
+    @Test("names swapped through a temporary name reach the server, with no conflicted copy")
+    func swappedNamesReachServer() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try h.writeNewFile("a", Array("first".utf8))
+        try h.writeNewFile("b", Array("second".utf8))
+        try await h.running {
+            try await h.settled("the first uploads")
+            let (aID, bID) = (try #require(h.remote.item(atPath: "/a")).id, try #require(h.remote.item(atPath: "/b")).id)
+            try h.fs.rename(parent: rootIno, name: n("a"), newParent: rootIno, newName: n("t"), noReplace: false, exchange: false)
+            try h.fs.rename(parent: rootIno, name: n("b"), newParent: rootIno, newName: n("a"), noReplace: false, exchange: false)
+            try h.fs.rename(parent: rootIno, name: n("t"), newParent: rootIno, newName: n("b"), noReplace: false, exchange: false)
+            try await h.settled("the swap to reach the server")
+            #expect(h.remote.tree() == [
+                "/a": .init(kind: .file, digest: sha(Array("second".utf8))),
+                "/b": .init(kind: .file, digest: sha(Array("first".utf8))),
+            ])
+            #expect(h.remote.item(atPath: "/b")?.id == aID)
+            #expect(h.remote.item(atPath: "/a")?.id == bID)
+            #expect(try h.children() == ["a", "b"])
+            #expect(h.observer.events.filter { $0.kind == "conflict" }.isEmpty)
+        }
+    }
 }
