@@ -22,9 +22,13 @@ public enum DropBehind {
     /// The kernel drops only clean pages; for dirty ones (a download just wrote them) Linux
     /// starts their writeback instead, so the second ask, a block later, usually finds them
     /// clean (what is still dirty then stays until the kernel writes it back as usual).
-    public static func afterRead(fd: Int32, range: Range<Int64>) {
+    ///
+    /// `passStart`: where this pass began, when the caller knows. Nothing before it is dropped:
+    /// a ranged read far into a file (another reader's seek) must not drop what the pass that
+    /// is still reading the start of the file needs next.
+    public static func afterRead(fd: Int32, range: Range<Int64>, passStart: Int64 = 0) {
         guard let boundary = crossedBoundary(range) else { return }
-        for start in [boundary - 2 * block, boundary - 3 * block] where start >= block {
+        for start in [boundary - 2 * block, boundary - 3 * block] where start >= max(block, passStart) {
             _ = posix_fadvise(fd, off_t(start), off_t(block), POSIX_FADV_DONTNEED)
         }
     }

@@ -169,6 +169,8 @@ final class FileBlobReader: BlobReader, @unchecked Sendable {
     let fd: Int32
     let size: Int64
     var closed = false
+    /// The first offset read: the start of this request's sequential pass.
+    var passStart: Int64?
 
     init(fd: Int32, size: Int64) {
         self.fd = fd
@@ -179,8 +181,10 @@ final class FileBlobReader: BlobReader, @unchecked Sendable {
         while true {
             let n = pread(fd, buffer.baseAddress, buffer.count, off_t(offset))
             if n >= 0 {
-                // A blob is streamed to a device once and kept there; see DropBehind.
-                DropBehind.afterRead(fd: fd, range: offset..<(offset + Int64(n)))
+                // A blob is streamed to a device once and kept there; see DropBehind. A reader
+                // serves one request, so its first offset is where its pass began.
+                if passStart == nil { passStart = offset }
+                DropBehind.afterRead(fd: fd, range: offset..<(offset + Int64(n)), passStart: passStart ?? offset)
                 return n
             }
             if errno != EINTR { throw BlobStoreError.io(operation: "read", errno: errno) }
