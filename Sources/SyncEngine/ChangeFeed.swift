@@ -231,7 +231,7 @@ extension SyncEngine {
             if clash.revision != nil { try w.enqueue(.move, ino: clash.ino) }
             outboxSignal.yield()
         } else {
-            moved.name = ".ubiq-moving-\(clash.itemID.rawValue)"
+            moved.name = ConflictNaming.movingName(clash.itemID)
         }
         try w.update(moved)
     }
@@ -254,14 +254,10 @@ public enum ConflictNaming {
         return trimmed + suffix
     }
 
-    /// The name an item takes on the server for a moment while a cycle of local renames (names
-    /// swapped) is sent: hidden (a leading dot), unique by the item's ID, never too long.
-    public static func movingName(_ name: String, id: ItemID) -> String {
-        let suffix = ".ubiq-moving-\(id.rawValue.prefix(12))"
-        var trimmed = name
-        while (("." + trimmed) + suffix).utf8.count > ItemName.maxByteCount && !trimmed.isEmpty { trimmed.removeLast() }
-        return "." + trimmed + suffix
-    }
+    /// The name an item takes for a moment while it is in the way of another and its own
+    /// change is on its way: hidden (a leading dot) and unique by the item's ID. Used on the
+    /// mount (a remote item arrives) and on the server (a cycle of local renames is sent).
+    public static func movingName(_ id: ItemID) -> String { ".ubiq-moving-\(id.rawValue)" }
 
     static func split(_ name: String) -> (String, String) {
         guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return (name, "") }

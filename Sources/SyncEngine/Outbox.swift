@@ -440,7 +440,9 @@ extension SyncEngine {
         guard let blocker = try store.read({ try $0.item(id: id) }),
               let move = queue.first(where: { $0.ino == blocker.ino && $0.op == .move && $0.notBefore <= Self.now() })
         else { return false }
-        let sent = await Self.$waitingMoves.withValue(Self.waitingMoves.union([ino])) { await run(move) }
+        // To completion: a move that first had to break a cycle (see `waitingMoves`) is sent
+        // again at once, and the name it frees serves the waiting request now, not a second later.
+        let sent = await Self.$waitingMoves.withValue(Self.waitingMoves.union([ino])) { await runToCompletion(move) }
         if case .done = sent { return true }
         return false
     }
@@ -452,16 +454,18 @@ extension SyncEngine {
     /// other thousands of times a second and the outbox behind them never drained.
     @TaskLocal static var waitingMoves: Set<Int64> = []
 
-    /// Breaks a cycle of moves: this item goes to a temporary name in its folder on the server,
-    /// which frees its old name for the move that waits for it; its own move stays queued and
-    /// takes the final name once that is free.
-    func moveAsideOnServer(_ ino: Int64) async throws -> Outcome {
-        guard let item = try store.read({ try $0.item(ino) }), let base = item.revision,
-              let parentID = try await parentOnServer(item)
-        else { return .later("waiting for a swapped name to be freed", after: .milliseconds(100), offline: false) }
-        let temporary = ConflictNaming.movingName(item.name, id: item.itemID)
-        let result = try await remote.updateItem(item.itemID, UpdateItemRequest(baseRevision: base, name: temporary, parentID: parentID))
-        try adoptMetadata(ino, result)
+    /// Breaks a cycle of moves: the holder of the name, one of ours whose move waits up the
+    /// chain, goes to a temporary name in its folder on the server. That frees the name at once;
+    /// the holder's own move stays queued and takes its final name when its turn comes back.
+    /// The holder, not the item asking: the holder is on the server for certain (it holds the
+    /// name), while the asker may be a new folder whose create is what the cycle waits for.
+    func moveAsideOnServer(_ holder: LocalItem, _ current: ItemMetadata) async throws -> Outcome {
+        guard let parentID = current.parentID else {
+            return .later("waiting for a swapped name to be freed", after: .milliseconds(100), offline: false)
+        }
+        let result = try await remote.updateItem(
+            holder.itemID, UpdateItemRequest(baseRevision: current.revision, name: ConflictNaming.movingName(holder.itemID), parentID: parentID))
+        try adoptMetadata(holder.ino, result)
         return .again
     }
 
@@ -469,12 +473,13 @@ extension SyncEngine {
     /// ours, our own queued change will free the name: send it (or wait for it). Only an item
     /// this device does not know (another device's) makes this one a conflicted copy.
     func nameTaken(by holder: ItemMetadata?, for ino: Int64) async throws -> Outcome {
-        if let id = holder?.id, let mine = try store.read({ try $0.item(id: id) }), Self.waitingMoves.contains(mine.ino) {
-            return try await moveAsideOnServer(ino)
+        let mine = try holder.flatMap { h in try store.read { try $0.item(id: h.id) } }
+        if let holder, let mine, Self.waitingMoves.contains(mine.ino) {
+            return try await moveAsideOnServer(mine, holder)
         }
         if try await sendPendingDelete(of: holder?.id, for: ino) { return .again }
         if let id = holder?.id {
-            if let mine = try store.read({ try $0.item(id: id) }) {
+            if let mine {
                 let queued = try store.read { try $0.outbox(limit: 10_000) }.contains { $0.ino == mine.ino && $0.op == .move }
                 if !queued {
                     try store.write { w in try w.enqueue(.move, ino: mine.ino) }

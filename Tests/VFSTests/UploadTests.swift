@@ -207,4 +207,28 @@ struct UploadTests {
             #expect(h.observer.events.filter { $0.kind == "conflict" }.isEmpty)
         }
     }
+
+    /// The cycle runs through a new folder: `a` wants `b`'s name, `b` wants to go into a new
+    /// folder named `a`, and that folder's create wants the name `a` still holds on the server.
+    @Test("a cycle of names through a new folder reaches the server")
+    func cycleThroughNewFolderReachesServer() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try h.writeNewFile("a", Array("first".utf8))
+        try h.writeNewFile("b", Array("second".utf8))
+        try await h.running {
+            try await h.settled("the first uploads")
+            try h.fs.rename(parent: rootIno, name: n("a"), newParent: rootIno, newName: n("t"), noReplace: false, exchange: false)
+            let folder = try h.mkdir("a")
+            try h.fs.rename(parent: rootIno, name: n("b"), newParent: folder, newName: n("b"), noReplace: false, exchange: false)
+            try h.fs.rename(parent: rootIno, name: n("t"), newParent: rootIno, newName: n("b"), noReplace: false, exchange: false)
+            try await h.settled("the cycle to reach the server")
+            #expect(h.remote.tree() == [
+                "/a": .init(kind: .folder, digest: nil),
+                "/a/b": .init(kind: .file, digest: sha(Array("second".utf8))),
+                "/b": .init(kind: .file, digest: sha(Array("first".utf8))),
+            ])
+            #expect(h.observer.events.filter { $0.kind == "conflict" }.isEmpty)
+        }
+    }
 }
