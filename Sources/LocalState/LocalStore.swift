@@ -29,6 +29,8 @@ public final class LocalStore: Sendable {
         config.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
             try db.execute(sql: "PRAGMA wal_autocheckpoint = 10000")
+            // Once checkpointed and reset, the WAL file is cut back to 8 MiB, not left at its peak.
+            try db.execute(sql: "PRAGMA journal_size_limit = 8388608")
         }
         config.busyMode = .timeout(5)
         pool = try DatabasePool(path: path, configuration: config)
