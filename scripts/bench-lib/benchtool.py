@@ -341,8 +341,8 @@ SYSTEMS = ("ubiq", "native", "rclone")
 def rows(p):
     big = f"{p.big_mib} MiB"
     return [
-        ("ls_cold", f"ls -lR of {p.files:,} files, cold", "s"),
-        ("ls_warm", "ls -lR, warm (second listing)", "s"),
+        ("ls_cold", f"ls -lR of {p.files:,} files, cold (median of 3)", "s"),
+        ("ls_warm", "ls -lR, warm (each after a cold one; median)", "s"),
         ("stat_rate", f"stat of each of the {p.files:,} files", "stats/s"),
         ("read_downloaded", f"sequential read, downloaded {big} file", "MB/s"),
         ("ttfb", f"first 4 KiB of a {big} placeholder (median of 5)", "ms"),
