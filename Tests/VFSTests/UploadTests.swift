@@ -186,14 +186,7 @@ struct UploadTests {
     /// times a second, never draining (seen in the mount test's random burst).
     @Test("names swapped through a temporary name reach the server, with no conflicted copy")
     func swappedNamesReachServer() async throws {
-        let h = try Harness()
-        defer { h.close() }
-        try h.writeNewFile("a", Array("first".utf8))
-        try h.writeNewFile("b", Array("second".utf8))
-        try await h.running {
-            try await h.settled("the first uploads")
-            let (aID, bID) = (try #require(h.remote.item(atPath: "/a")).id, try #require(h.remote.item(atPath: "/b")).id)
-            try h.fs.rename(parent: rootIno, name: n("a"), newParent: rootIno, newName: n("t"), noReplace: false, exchange: false)
+        try await cycleStartingWithAMovedToT { h, aID, bID in
             try h.fs.rename(parent: rootIno, name: n("b"), newParent: rootIno, newName: n("a"), noReplace: false, exchange: false)
             try h.fs.rename(parent: rootIno, name: n("t"), newParent: rootIno, newName: n("b"), noReplace: false, exchange: false)
             try await h.settled("the swap to reach the server")
@@ -204,7 +197,6 @@ struct UploadTests {
             #expect(h.remote.item(atPath: "/b")?.id == aID)
             #expect(h.remote.item(atPath: "/a")?.id == bID)
             #expect(try h.children() == ["a", "b"])
-            #expect(h.observer.events.filter { $0.kind == "conflict" }.isEmpty)
         }
     }
 
@@ -212,13 +204,7 @@ struct UploadTests {
     /// folder named `a`, and that folder's create wants the name `a` still holds on the server.
     @Test("a cycle of names through a new folder reaches the server")
     func cycleThroughNewFolderReachesServer() async throws {
-        let h = try Harness()
-        defer { h.close() }
-        try h.writeNewFile("a", Array("first".utf8))
-        try h.writeNewFile("b", Array("second".utf8))
-        try await h.running {
-            try await h.settled("the first uploads")
-            try h.fs.rename(parent: rootIno, name: n("a"), newParent: rootIno, newName: n("t"), noReplace: false, exchange: false)
+        try await cycleStartingWithAMovedToT { h, _, _ in
             let folder = try h.mkdir("a")
             try h.fs.rename(parent: rootIno, name: n("b"), newParent: folder, newName: n("b"), noReplace: false, exchange: false)
             try h.fs.rename(parent: rootIno, name: n("t"), newParent: rootIno, newName: n("b"), noReplace: false, exchange: false)
@@ -228,6 +214,22 @@ struct UploadTests {
                 "/a/b": .init(kind: .file, digest: sha(Array("second".utf8))),
                 "/b": .init(kind: .file, digest: sha(Array("first".utf8))),
             ])
+        }
+    }
+
+    /// Where both cycles start: `a` ("first") and `b` ("second") on the server, then `a`
+    /// renamed to `t`. `body` gets their item IDs and closes the cycle; after it, no item may
+    /// have become a conflicted copy.
+    func cycleStartingWithAMovedToT(_ body: (Harness, ItemID, ItemID) async throws -> Void) async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try h.writeNewFile("a", Array("first".utf8))
+        try h.writeNewFile("b", Array("second".utf8))
+        try await h.running {
+            try await h.settled("the first uploads")
+            let (aID, bID) = (try #require(h.remote.item(atPath: "/a")).id, try #require(h.remote.item(atPath: "/b")).id)
+            try h.fs.rename(parent: rootIno, name: n("a"), newParent: rootIno, newName: n("t"), noReplace: false, exchange: false)
+            try await body(h, aID, bID)
             #expect(h.observer.events.filter { $0.kind == "conflict" }.isEmpty)
         }
     }
