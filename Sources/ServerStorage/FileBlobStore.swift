@@ -183,8 +183,9 @@ final class FileBlobReader: BlobReader, @unchecked Sendable {
             if n >= 0 {
                 // A blob is streamed to a device once and kept there; see DropBehind. A reader
                 // serves one request, so its first offset is where its pass began.
-                if passStart == nil { passStart = offset }
-                DropBehind.afterRead(fd: fd, range: offset..<(offset + Int64(n)), passStart: passStart ?? offset)
+                let start = passStart ?? offset
+                passStart = start
+                DropBehind.afterRead(fd: fd, range: offset..<(offset + Int64(n)), passStart: start)
                 return n
             }
             if errno != EINTR { throw BlobStoreError.io(operation: "read", errno: errno) }

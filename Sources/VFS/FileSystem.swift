@@ -330,22 +330,12 @@ public final class FileSystem: Sendable {
         let now = Self.now()
         // The size the database holds is needed only by the first write since the open; later
         // writes (and every write to a file created here) find it in `live`.
-        func grow(_ entry: inout Live) {
+        let base = live.withLock({ $0[h.ino] }) == nil ? (try? item(h.ino).size) ?? 0 : 0
+        live.withLock { l in
+            var entry = l[h.ino] ?? Live(size: base, modified: now)
             entry.size = max(entry.size, end)
             entry.modified = now
-        }
-        let known = live.withLock { l -> Bool in
-            guard l[h.ino] != nil else { return false }
-            grow(&l[h.ino]!)
-            return true
-        }
-        if !known {
-            let base = (try? item(h.ino).size) ?? 0
-            live.withLock { l in
-                var entry = l[h.ino] ?? Live(size: base, modified: now)
-                grow(&entry)
-                l[h.ino] = entry
-            }
+            l[h.ino] = entry
         }
         if !h.wrote { markWritten(handle) }
         return done
