@@ -312,6 +312,21 @@ public struct LocalWriter {
             """).execute(arguments: item.columnValues + [item.ino])
     }
 
+    /// A folder's times, after its entries changed. Only these two columns: a whole-row
+    /// `update` rewrites the row's entries in both name indexes too (each a page in the WAL)
+    /// and encodes its xattrs, on every create and remove in the folder.
+    public func setFolderTimes(_ ino: Int64, modified: Timestamp, changed: Timestamp) throws {
+        try db.cachedStatement(sql: "UPDATE items SET modified = ?, changed = ? WHERE ino = ?").execute(arguments: [modified, changed, ino])
+    }
+
+    /// The columns a close of a written file changes (size, times, content state, upload
+    /// error), and only those: see `setFolderTimes`.
+    public func updateContentState(_ item: LocalItem) throws {
+        try db.cachedStatement(sql: """
+            UPDATE items SET size = ?, modified = ?, changed = ?, content = ?, cached_bytes = ?, upload_error = ? WHERE ino = ?
+            """).execute(arguments: [item.size, item.modified, item.changed, item.content.rawValue, item.cachedBytes, item.uploadError, item.ino])
+    }
+
     public func delete(_ ino: Int64) throws {
         try db.cachedStatement(sql: "DELETE FROM items WHERE ino = ?").execute(arguments: [ino])
     }

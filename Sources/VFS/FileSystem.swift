@@ -93,13 +93,19 @@ public final class FileSystem: Sendable {
     /// nil: no such name (the bridge answers a cacheable negative entry).
     public func lookup(parent: Int64, name: [UInt8]) throws(FSError) -> NodeAttributes? {
         guard let text = String(validating: name, as: UTF8.self) else { return nil }
-        let found: LocalItem?
-        do { found = try store.read { try $0.child(of: parent, named: text) } } catch { throw .io }
-        guard let found else {
-            _ = try item(parent)
+        // One read answers both: the child, and (when there is none) whether the folder is.
+        let found: (child: LocalItem?, parentExists: Bool)
+        do {
+            found = try store.read { r in
+                if let child = try r.child(of: parent, named: text) { return (child, true) }
+                return (nil, try r.item(parent) != nil)
+            }
+        } catch { throw .io }
+        guard let child = found.child else {
+            if !found.parentExists { _ = try item(parent) }
             return nil
         }
-        return attributes(of: found)
+        return attributes(of: child)
     }
 
     public func attributes(_ ino: Int64) throws(FSError) -> NodeAttributes {
@@ -182,16 +188,15 @@ public final class FileSystem: Sendable {
                 itemID: .random(), parent: parent, name: n.rawValue, kind: .file, size: 0, mode: mode & 0o7777,
                 uid: uid, gid: gid, created: now, modified: now, changed: now, content: .dirty, pinned: p.pinned))
             try touchFolder(parent, w, now)
-            return item
+            return (item: item, excluded: try w.reader.isExcluded(item.ino))
         }
         let fd: Int32
-        do { fd = try cache.open(made.ino, truncate: true) } catch { throw Self.fsError(error) }
-        let excluded = (try? store.read { try $0.isExcluded(made.ino) }) ?? false
+        do { fd = try cache.open(made.item.ino, truncate: true) } catch { throw Self.fsError(error) }
         // A new file is a change even if nothing is written: its release queues the upload.
-        let handle = register(Handle(ino: made.ino, fd: fd, writable: true, wrote: true, excluded: excluded))
-        live.withLock { $0[made.ino] = Live(size: 0, modified: now) }
-        engine.didOpen(made.ino, forWriting: true)
-        return Opened(handle: handle, keepCache: false, attributes: attributes(of: made))
+        let handle = register(Handle(ino: made.item.ino, fd: fd, writable: true, wrote: true, excluded: made.excluded))
+        live.withLock { $0[made.item.ino] = Live(size: 0, modified: now) }
+        engine.didOpen(made.item.ino, forWriting: true)
+        return Opened(handle: handle, keepCache: false, attributes: attributes(of: made.item))
     }
 
     public func open(_ ino: Int64, flags: Int32) async throws(FSError) -> Opened {
@@ -411,7 +416,7 @@ public final class FileSystem: Sendable {
             } else if queueUpload {
                 item.uploadError = nil
             }
-            try w.update(item)
+            try w.updateContentState(item)
             if queueUpload && !h.excluded { try w.enqueue(.content, ino: h.ino) }
         }
         engine.contentChangedLocally()
@@ -794,10 +799,7 @@ public final class FileSystem: Sendable {
     // MARK: Helpers
 
     func touchFolder(_ ino: Int64, _ w: LocalWriter, _ now: Timestamp) throws {
-        guard var folder = try w.reader.item(ino) else { return }
-        folder.modified = now
-        folder.changed = now
-        try w.update(folder)
+        try w.setFolderTimes(ino, modified: now, changed: now)
     }
 
     @discardableResult
