@@ -171,10 +171,14 @@ extension SyncEngine {
 
 struct MaintenanceService: Service {
     let engine: SyncEngine
+    static let pause: Duration = .milliseconds(100)
     func run() async throws {
         await cancelWhenGracefulShutdown {
             for await _ in engine.maintenanceSignals {
                 await engine.runMaintenance()
+                // At most ten passes a second: every close asks for one, and a `cp -r` of small
+                // files closes hundreds a second. What they ask for meanwhile is one more pass.
+                try? await Task.sleep(for: Self.pause)
             }
         }
         engine.saveAccessTimes()

@@ -39,6 +39,7 @@ extension SyncEngine {
         // Entries handed to a task: still in the database until their task removes them.
         var inFlight: [Int64: Int64] = [:]  // seq: ino
         var running = 0
+        var smallRunning = 0
 
         func settle(_ results: [EntryResult]) {
             for (seq, ino, outcome) in results {
@@ -58,10 +59,11 @@ extension SyncEngine {
             }
         }
 
-        await withTaskGroup(of: [EntryResult].self) { tasks in
+        await withTaskGroup(of: (small: Bool, results: [EntryResult]).self) { tasks in
             func waitForOne() async -> Bool {
-                guard let results = await tasks.next() else { return false }
+                guard let (small, results) = await tasks.next() else { return false }
                 running -= 1
+                if small { smallRunning -= 1 }
                 settle(results)
                 return true
             }
@@ -87,6 +89,13 @@ extension SyncEngine {
                 // A full window can only wait for a slot: no need to ask about the next entry.
                 let shape = running < Self.parallelUploads && next.op == .content && !inFlight.values.contains(next.ino)
                     ? (try? uploadShape(next)) ?? .dependent : .dependent
+                if shape == .smallCreate && smallRunning >= Self.parallelBatches {
+                    // New small files queue up behind the batches in flight and leave together
+                    // once one is answered: read the outbox again then, to take them all.
+                    _ = await waitForOne()
+                    batch = []
+                    continue
+                }
                 if shape != .dependent {
                     var group = [batch.removeFirst()]
                     if shape == .smallCreate {
@@ -96,7 +105,9 @@ extension SyncEngine {
                     }
                     for entry in group { inFlight[entry.seq] = entry.ino }
                     running += 1
-                    tasks.addTask { group.count > 1 ? await self.sendBatch(group) : await self.sendAlone(group, into: []) }
+                    let small = shape == .smallCreate
+                    if small { smallRunning += 1 }
+                    tasks.addTask { (small, group.count > 1 ? await self.sendBatch(group) : await self.sendAlone(group, into: [])) }
                 } else if running == 0 {
                     settle(await sendAlone([batch.removeFirst()], into: []))
                 } else {
@@ -112,6 +123,13 @@ extension SyncEngine {
     /// Six requests at a time: enough to hide round trips on a fast link, few enough not to
     /// starve the mount's other work on a small machine.
     static let parallelUploads = 6
+
+    /// Requests carrying new small files in flight at once: two. While they are answered the
+    /// files a `cp -r` keeps closing collect in the outbox, and the next request takes them all
+    /// (up to `SyncProtocol.maxBatchItems`). With six, every close went up in a request of its
+    /// own or of two or three, and each request costs a commit, a push to every device and an
+    /// echo here, which, on a small machine, is CPU the copy itself was waiting for.
+    static let parallelBatches = 1
 
     static let dedupThreshold: Int64 = 1 << 20
 

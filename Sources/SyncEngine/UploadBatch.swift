@@ -139,17 +139,19 @@ extension SyncEngine {
             }
         }
         do {
-            let followUps = try store.write { w in
-                try created.reduce(false) { queued, c in
+            // The events' paths are read in the same transaction: one, not one per file.
+            let (followUps, paths) = try store.write { w in
+                let queued = try created.reduce(false) { queued, c in
                     try recordUpload(c.0.item, result: c.1, digest: c.0.digest, size: c.0.request.size ?? 0,
                                      generation: c.0.generation, seq: c.0.entry.seq, w) || queued
                 }
+                return (queued, created.map { c in try? w.reader.path(of: c.0.item.ino) })
             }
             if followUps { outboxSignal.yield() }
             setConnected(true, error: nil)
-            for (p, _) in created {
+            for ((p, _), path) in zip(created, paths) {
                 results.append((p.entry.seq, p.entry.ino, .done))
-                observer.event(MountEvent(kind: "uploaded", path: try? store.read { try $0.path(of: p.item.ino) }))
+                observer.event(MountEvent(kind: "uploaded", path: path))
             }
         } catch {
             // Not recorded: they stay queued and go again (the server answers a retried create
