@@ -121,13 +121,26 @@ public final class Downloads: Sendable {
             return s.nextGeneration
         }
         guard let generation else { return }
+        let fd: Int32, sink: CacheFileSink
         do {
             try cache.prepareSparse(ino, size: size)
+            fd = try cache.open(ino)
+            sink = CacheFileSink(fd: fd, at: 0) { [self] range in landed(ino, range) }
+            do { try register(sink, ino: ino, generation: generation) } catch { close(fd); throw error }
         } catch {
             finish(ino, digest: digest, generation: generation, error: error)
             return
         }
-        let task = Task { await self.runSequential(ino: ino, digest: digest, size: size, generation: generation) }
+        // The head first, alone, asked for here: its request goes out from this thread (an
+        // open's, waiting for it) instead of after a task has been scheduled. Its answer ends
+        // at once, so the server's thread goes idle and the one waiting for the first bytes
+        // runs at once; in one stream the server went on to send the next megabytes, and on
+        // two cores the waiting thread, woken on the server's CPU, waited a millisecond for it.
+        let head = remote.beginDownload(digest, range: 0..<min(size, Self.headLength), receive: sink.receive)
+        let task = Task {
+            defer { close(fd) }
+            await self.runSequential(ino: ino, digest: digest, size: size, generation: generation, fd: fd, sink: sink, head: head)
+        }
         state.withLock { $0.active[ino]?.task = task }
     }
 
@@ -199,19 +212,15 @@ public final class Downloads: Sendable {
         for w in active?.waiters ?? [] { w.resume(EngineError.cancelled) }
     }
 
-    func runSequential(ino: Int64, digest: ContentDigest, size: Int64, generation: UInt64) async {
+    /// The rest of a download `start` began: its head (asked for already), then everything after it.
+    func runSequential(
+        ino: Int64, digest: ContentDigest, size: Int64, generation: UInt64, fd: Int32, sink: CacheFileSink,
+        head: (wait: @Sendable () async throws -> Void, cancel: @Sendable () -> Void)
+    ) async {
         do {
-            let fd = try cache.open(ino)
-            defer { close(fd) }
-            let sink = CacheFileSink(fd: fd, at: 0) { [self] range in landed(ino, range) }
-            try register(sink, ino: ino, generation: generation)
-            // The head first, alone: its answer ends at once, so the server's thread goes idle
-            // and the one waiting for the first bytes (an open) runs at once. In one stream the
-            // server went on to send the next megabytes, and on two cores the waiting thread,
-            // woken on the server's CPU, waited a millisecond for it.
-            let head = min(size, Self.headLength)
-            try await remote.download(digest, range: 0..<head, receive: sink.receive)
-            if head < size { try await remote.download(digest, range: head..<size, receive: sink.receive) }
+            try await head.wait()
+            let headEnd = min(size, Self.headLength)
+            if headEnd < size { try await remote.download(digest, range: headEnd..<size, receive: sink.receive) }
             guard sink.finish() == size else { throw EngineError.io("the download ended early", EIO) }
             // Checked once everything landed, from the page cache, on a thread of its own: the
             // hash costs as much CPU as the rest of the transfer, and hashing on the connection's

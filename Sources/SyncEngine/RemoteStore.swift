@@ -27,6 +27,13 @@ public protocol RemoteStore: Sendable {
         _ digest: ContentDigest, range: Range<Int64>, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void
     ) async throws
 
+    /// `download`, with the request handed to the transport before this returns, on the
+    /// caller's thread: an open waiting for a placeholder's first bytes does not wait first for
+    /// a task to be scheduled. `wait` returns or throws as `download` does; `cancel` stops it.
+    func beginDownload(
+        _ digest: ContentDigest, range: Range<Int64>, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void
+    ) -> (wait: @Sendable () async throws -> Void, cancel: @Sendable () -> Void)
+
     /// Whether the server already has this content for the account (then the upload is skipped).
     func hasBlob(_ digest: ContentDigest) async throws -> Bool
 
@@ -44,4 +51,14 @@ public protocol RemoteStore: Sendable {
     func updateItem(_ id: ItemID, _ request: UpdateItemRequest) async throws -> ItemMetadata
     func deleteItem(_ id: ItemID, base: Revision, recursive: Bool) async throws -> [ItemMetadata]
     func setXattrs(_ id: ItemID, _ request: SetXattrsRequest) async throws -> ItemMetadata
+}
+
+extension RemoteStore {
+    /// For a store without a transport of its own to start on the spot: `download` in a task.
+    public func beginDownload(
+        _ digest: ContentDigest, range: Range<Int64>, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void
+    ) -> (wait: @Sendable () async throws -> Void, cancel: @Sendable () -> Void) {
+        let task = Task { try await download(digest, range: range, receive: receive) }
+        return ({ try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() } }, { task.cancel() })
+    }
 }
