@@ -59,12 +59,17 @@ extension SyncEngine {
             }
         }
 
-        await withTaskGroup(of: (small: Bool, results: [EntryResult]).self) { tasks in
+        // A struct, not a tuple, for what each task returns: see `SyncServer.storeContents`.
+        struct Finished: Sendable {
+            let small: Bool
+            let results: [EntryResult]
+        }
+        await withTaskGroup(of: Finished.self) { tasks in
             func waitForOne() async -> Bool {
-                guard let (small, results) = await tasks.next() else { return false }
+                guard let finished = await tasks.next() else { return false }
                 running -= 1
-                if small { smallRunning -= 1 }
-                settle(results)
+                if finished.small { smallRunning -= 1 }
+                settle(finished.results)
                 return true
             }
             while !Task.isCancelled && !offline {
@@ -107,7 +112,7 @@ extension SyncEngine {
                     running += 1
                     let small = shape == .smallCreate
                     if small { smallRunning += 1 }
-                    tasks.addTask { (small, group.count > 1 ? await self.sendBatch(group) : await self.sendAlone(group, into: [])) }
+                    tasks.addTask { Finished(small: small, results: group.count > 1 ? await self.sendBatch(group) : await self.sendAlone(group, into: [])) }
                 } else if running == 0 {
                     settle(await sendAlone([batch.removeFirst()], into: []))
                 } else {
@@ -124,11 +129,12 @@ extension SyncEngine {
     /// starve the mount's other work on a small machine.
     static let parallelUploads = 6
 
-    /// Requests carrying new small files in flight at once: two. While they are answered the
-    /// files a `cp -r` keeps closing collect in the outbox, and the next request takes them all
-    /// (up to `SyncProtocol.maxBatchItems`). With six, every close went up in a request of its
-    /// own or of two or three, and each request costs a commit, a push to every device and an
-    /// echo here, which, on a small machine, is CPU the copy itself was waiting for.
+    /// Requests carrying new small files in flight at once: one. While it is answered the files
+    /// a `cp -r` keeps closing collect in the outbox, and the next request takes them all (up to
+    /// `SyncProtocol.maxBatchItems`). With six, every close went up in a request of its own or
+    /// of two or three, and each request costs a commit, a push to every device and an echo
+    /// here, which, on a small machine, is CPU the copy itself was waiting for. (Two measured
+    /// the same as one.)
     static let parallelBatches = 1
 
     static let dedupThreshold: Int64 = 1 << 20

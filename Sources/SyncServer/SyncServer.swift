@@ -251,19 +251,41 @@ public struct SyncServer: Sendable {
 
     /// The inline contents of `creates` at `indices`, stored side by side: each commit waits
     /// for its own fsyncs, on a dispatch thread, and at most eight wait at once.
+    ///
+    /// The child tasks return a struct, not a tuple. Swift 6.3.1 miscompiles a task group whose
+    /// element is a tuple holding a `Result` of a labeled tuple, `(Int, Result<(digest:, size:),
+    /// any Error>)`: with `-O` it hands back garbage (a batch of twenty answered twelve
+    /// `blob_not_found`, and every new small file then went up again alone); with `-Onone` it
+    /// is right, so the tests, built for debugging, could not see it. `SyncServerTests` covers
+    /// a batch larger than the window all the same.
     func storeContents(of creates: [CreateItemRequest], at indices: [Int]) async -> [Int: Result<(digest: ContentDigest, size: Int64), any Error>] {
-        let work = indices.compactMap { index in
-            creates[index].content.flatMap { content in creates[index].digest.map { (index, content, $0) } }
-        }
-        return await withTaskGroup(of: (Int, Result<(digest: ContentDigest, size: Int64), any Error>).self) { group in
-            var out: [Int: Result<(digest: ContentDigest, size: Int64), any Error>] = [:]
-            for (n, (index, content, digest)) in work.enumerated() {
-                if n >= 8, let (done, result) = await group.next() { out[done] = result }
-                group.addTask {
-                    do { return (index, .success(try await commitInline(content, declared: digest))) } catch { return (index, .failure(error)) }
-                }
+        struct Work: Sendable { let index: Int; let content: Data; let digest: ContentDigest }
+        struct Stored: Sendable { let index: Int; let blob: (digest: ContentDigest, size: Int64)?; let error: (any Error)? }
+        var work: [Work] = []
+        for index in indices {
+            if let content = creates[index].content, let digest = creates[index].digest {
+                work.append(Work(index: index, content: content, digest: digest))
             }
-            for await (index, result) in group { out[index] = result }
+        }
+        return await withTaskGroup(of: Stored.self) { group in
+            var out: [Int: Result<(digest: ContentDigest, size: Int64), any Error>] = [:]
+            func keep(_ s: Stored) {
+                if let blob = s.blob { out[s.index] = .success(blob) } else { out[s.index] = .failure(s.error ?? APIError(.internalError, "no result")) }
+            }
+            var running = 0
+            for w in work {
+                if running == 8, let finished = await group.next() {
+                    keep(finished)
+                    running -= 1
+                }
+                group.addTask {
+                    do { return Stored(index: w.index, blob: try await commitInline(w.content, declared: w.digest), error: nil) } catch {
+                        return Stored(index: w.index, blob: nil, error: error)
+                    }
+                }
+                running += 1
+            }
+            for await finished in group { keep(finished) }
             return out
         }
     }
