@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Crypto
+import Foundation
 import ItemModel
 import PageCache
 
@@ -199,6 +200,25 @@ final class FileBlobReader: BlobReader, @unchecked Sendable {
     }
 
     deinit { close() }
+}
+
+extension ContentDigest {
+    /// The SHA-256 of `bytes`, as the content store computes it for what it stores.
+    public static func of(_ bytes: Data) -> ContentDigest { ContentDigest(bytes: SHA256.hash(data: bytes)) }
+}
+
+/// A content held in memory (one kept inline by the metadata store).
+public final class DataBlobReader: BlobReader, Sendable {
+    let data: Data
+    public init(_ data: Data) { self.data = data }
+    public var size: Int64 { Int64(data.count) }
+    public func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        guard offset >= 0, offset < Int64(data.count) else { return 0 }
+        let start = Int(offset), n = min(buffer.count, data.count - start)
+        data.withUnsafeBytes { bytes in buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[start..<(start + n)])) }
+        return n
+    }
+    public func close() {}
 }
 
 final class EmptyBlobReader: BlobReader, Sendable {

@@ -118,10 +118,14 @@ public protocol MetadataStore: Sendable {
     func item(_ id: ItemID, in container: ContainerRef) async throws -> ItemMetadata?
     func children(of folder: ItemID, in container: ContainerRef) async throws -> [ItemMetadata]
     func createItem(_ item: NewItem, in container: ContainerRef) async throws -> ItemMetadata
-    /// Records `blobs` for `account`, then creates each item as `createItem` would, in order,
-    /// each succeeding or failing on its own; durable when it returns. One transaction where
-    /// the store can: a folder of small files costs one commit, not one per file.
-    func createItems(_ items: [NewItem], blobs: [(digest: ContentDigest, size: Int64)], in container: ContainerRef) async throws -> [Result<ItemMetadata, StorageError>]
+    /// Keeps `contents` (small contents, already checked against their digests) and gives the
+    /// account their use, then creates each item as `createItem` would, in order, each
+    /// succeeding or failing on its own; all in one transaction, durable when it returns. A
+    /// folder of small files costs one commit and one sync, not a commit per file and two
+    /// syncs per content file.
+    func createItems(_ items: [NewItem], contents: [ContentDigest: Data], in container: ContainerRef) async throws -> [Result<ItemMetadata, StorageError>]
+    /// A content kept by `createItems`, or nil: the content store has the others.
+    func inlineContent(_ digest: ContentDigest) async throws -> Data?
     func updateContent(
         _ id: ItemID, base: Revision, digest: ContentDigest, declaredSize: Int64?, modified: Timestamp?,
         in container: ContainerRef
@@ -136,20 +140,6 @@ public protocol MetadataStore: Sendable {
     func recordBlob(_ digest: ContentDigest, size: Int64, for account: AccountRef) async throws
     /// The blob's size if `account` may use it.
     func blobSize(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64?
-}
-
-extension MetadataStore {
-    /// One commit per blob and per item: correct, for stores with nothing better.
-    public func createItems(_ items: [NewItem], blobs: [(digest: ContentDigest, size: Int64)], in container: ContainerRef) async throws -> [Result<ItemMetadata, StorageError>] {
-        for blob in blobs { try await recordBlob(blob.digest, size: blob.size, for: container.account) }
-        var results: [Result<ItemMetadata, StorageError>] = []
-        for item in items {
-            do { results.append(.success(try await createItem(item, in: container))) } catch let error as StorageError {
-                results.append(.failure(error))
-            }
-        }
-        return results
-    }
 }
 
 /// The ordered change log of each container.

@@ -59,7 +59,9 @@ extension SyncEngine {
             }
         }
 
-        // A struct, not a tuple, for what each task returns: see `SyncServer.storeContents`.
+        // A struct, not a tuple, for what each task returns: Swift 6.3.1 miscompiles some
+        // task groups of tuples with `-O` (one of `(Int, Result<(digest:, size:), any Error>)`
+        // handed back garbage, while `-Onone` was right), and the tests run a debug build.
         struct Finished: Sendable {
             let small: Bool
             let results: [EntryResult]

@@ -113,7 +113,7 @@ public struct SyncServer: Sendable {
             let c = try await container(context)
             let item = try await liveItem(try itemID(context), c)
             guard item.kind == .file, let digest = item.digest else { throw APIError(.notAFile, "item '\(item.id)' is a folder") }
-            var response = try serveBlob(digest, request: request)
+            var response = try await serveBlob(digest, request: request)
             response.headers[.ubiqRevision] = item.revision.rawValue
             return response
         }
@@ -156,7 +156,7 @@ public struct SyncServer: Sendable {
             guard try await storage.metadata.blobSize(digest, for: account) != nil else {
                 throw APIError(.blobNotFound, "no content with digest \(digest)")
             }
-            return try serveBlob(digest, request: request)
+            return try await serveBlob(digest, request: request)
         }
         router.put("/v1/blobs/:digest") { request, context in try await uploadBlob(request, context) }
         return router
@@ -228,17 +228,26 @@ public struct SyncServer: Sendable {
             }
         }
         guard !checked.isEmpty else { return try json(BatchResponse(results: results.map { $0! })) }
-        // Before anything is stored: content is never left on disk for a request that fails.
+        // Before anything is stored: content is never kept for a request that fails.
         let c = try await container(context, create: checked.contains { $0.item.parentID == .root })
-        var blobs: [(digest: ContentDigest, size: Int64)] = []
-        for (index, result) in await storeContents(of: body.creates, at: checked.map(\.index)) {
-            switch result {
-            case .success(let blob): blobs.append(blob)
-            case .failure(let error): results[index] = .init(error: try APIError(mapping: error).detail)
+        // The contents are checked here, in memory, and kept by the metadata store in the
+        // transaction that creates the items: one commit and one sync for the whole batch.
+        var contents: [ContentDigest: Data] = [:]
+        for (index, _) in checked {
+            guard let content = body.creates[index].content, let declared = body.creates[index].digest else { continue }
+            guard content.count <= SyncProtocol.maxInlineContent else {
+                results[index] = .init(error: APIError(.payloadTooLarge, "inline content is at most \(SyncProtocol.maxInlineContent) bytes; upload it as a blob").detail)
+                continue
             }
+            let actual = ContentDigest.of(content)
+            guard actual == declared else {
+                results[index] = .init(error: APIError(BlobStoreError.digestMismatch(declared: declared, actual: actual)).detail)
+                continue
+            }
+            contents[declared] = content
         }
         checked.removeAll { results[$0.index] != nil }
-        let created = try await storage.metadata.createItems(checked.map(\.item), blobs: blobs, in: c)
+        let created = try await storage.metadata.createItems(checked.map(\.item), contents: contents, in: c)
         for ((index, _), result) in zip(checked, created) {
             switch result {
             case .success(let item): results[index] = .init(item: item)
@@ -247,47 +256,6 @@ public struct SyncServer: Sendable {
         }
         hub.publish(container: c.key)
         return try json(BatchResponse(results: results.map { $0! }))
-    }
-
-    /// The inline contents of `creates` at `indices`, stored side by side: each commit waits
-    /// for its own fsyncs, on a dispatch thread, and at most eight wait at once.
-    ///
-    /// The child tasks return a struct, not a tuple. Swift 6.3.1 miscompiles a task group whose
-    /// element is a tuple holding a `Result` of a labeled tuple, `(Int, Result<(digest:, size:),
-    /// any Error>)`: with `-O` it hands back garbage (a batch of twenty answered twelve
-    /// `blob_not_found`, and every new small file then went up again alone); with `-Onone` it
-    /// is right, so the tests, built for debugging, could not see it. `SyncServerTests` covers
-    /// a batch larger than the window all the same.
-    func storeContents(of creates: [CreateItemRequest], at indices: [Int]) async -> [Int: Result<(digest: ContentDigest, size: Int64), any Error>] {
-        struct Work: Sendable { let index: Int; let content: Data; let digest: ContentDigest }
-        struct Stored: Sendable { let index: Int; let blob: (digest: ContentDigest, size: Int64)?; let error: (any Error)? }
-        var work: [Work] = []
-        for index in indices {
-            if let content = creates[index].content, let digest = creates[index].digest {
-                work.append(Work(index: index, content: content, digest: digest))
-            }
-        }
-        return await withTaskGroup(of: Stored.self) { group in
-            var out: [Int: Result<(digest: ContentDigest, size: Int64), any Error>] = [:]
-            func keep(_ s: Stored) {
-                if let blob = s.blob { out[s.index] = .success(blob) } else { out[s.index] = .failure(s.error ?? APIError(.internalError, "no result")) }
-            }
-            var running = 0
-            for w in work {
-                if running == 8, let finished = await group.next() {
-                    keep(finished)
-                    running -= 1
-                }
-                group.addTask {
-                    do { return Stored(index: w.index, blob: try await commitInline(w.content, declared: w.digest), error: nil) } catch {
-                        return Stored(index: w.index, blob: nil, error: error)
-                    }
-                }
-                running += 1
-            }
-            for await finished in group { keep(finished) }
-            return out
-        }
     }
 
     func uploadBlob(_ request: Request, _ context: ServerContext) async throws -> Response {
@@ -363,8 +331,15 @@ public struct SyncServer: Sendable {
     }
 
     /// Streams a blob, honouring a single `Range` and `If-Range` (by ETag, the digest).
-    func serveBlob(_ digest: ContentDigest, request: Request) throws -> Response {
-        let reader = try storage.blobs.openReader(digest)
+    func serveBlob(_ digest: ContentDigest, request: Request) async throws -> Response {
+        let reader: any BlobReader
+        do {
+            reader = try storage.blobs.openReader(digest)
+        } catch BlobStoreError.notFound(let missing) {
+            // A small content that came with a batch of creates is kept by the metadata store.
+            guard let data = try await storage.metadata.inlineContent(digest) else { throw BlobStoreError.notFound(missing) }
+            reader = DataBlobReader(data)
+        }
         let size = reader.size
         let etag = "\"\(digest.hex)\""
         var range = ByteRange.parse(request.headers[.range], size: size)

@@ -184,6 +184,12 @@ import Testing
                 guard let id = result.item?.id else { continue }
                 #expect(try await a.send(.GET, APIPath.content(c, id)).body == create.content)
             }
+            // Kept with the items in the metadata store, served like any content: by digest, ranged.
+            let first = try #require(creates[0].content), digest = try #require(creates[0].digest)
+            let part = try await a.send(.GET, APIPath.blob(digest), headers: [("Range", "bytes=8-11")])
+            #expect(part.status == 206 && part.body == first.subdata(in: 8..<12))
+            #expect(part.headers.first(name: "Content-Range") == "bytes 8-11/\(first.count)")
+            #expect(try await a.send(.HEAD, APIPath.blob(digest)).status == 200)
         }
     }
 
