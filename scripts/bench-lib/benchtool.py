@@ -306,10 +306,16 @@ def cmd_ubiq_wait_folder(a):
     m = load_manifest(a.manifest)
     api = Api(m["server"], m["token"])
 
+    folder = {}
+
     def complete():
-        folder = next((i for i in api.children("root") if i["name"] == a.name and i["kind"] == "folder"), None)
-        if folder is None:
-            return False
+        # The folder is looked up once: each poll then lists only it, so that the waiter costs
+        # the server it measures as little as it can.
+        if "id" not in folder:
+            found = next((i for i in api.children("root") if i["name"] == a.name and i["kind"] == "folder"), None)
+            if found is None:
+                return False
+            folder["id"] = found["id"]
         return sum(1 for i in api.children(folder["id"]) if i["kind"] == "file" and i["size"] == a.size) >= a.count
     poll(complete, a.deadline, 0.05, f"{a.count} files in {a.name} on the server")
 
