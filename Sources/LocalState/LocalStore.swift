@@ -273,10 +273,6 @@ public struct LocalReader {
         try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM items")) ?? 0
     }
 
-    public func hasOrphan(_ id: ItemID) throws -> Bool {
-        (try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM orphans WHERE item_id = ?"), arguments: [id.rawValue]) ?? 0) > 0
-    }
-
     public func orphans(of parent: ItemID) throws -> [Data] {
         try Data.fetchAll(try db.cachedStatement(sql: "SELECT json FROM orphans WHERE parent_id = ?"), arguments: [parent.rawValue])
     }

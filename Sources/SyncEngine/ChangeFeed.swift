@@ -14,13 +14,10 @@ extension SyncEngine {
     /// returns what the kernel must forget.
     func apply(_ change: ItemChange) throws -> [KernelInvalidation] {
         // Most live changes are the echoes of this device's own uploads, already applied from
-        // the answers, or arriving just before them (the server pushes a change before it
-        // answers the request that made it), while the item still has changes on their way
-        // and so keeps its local state. Either way applying it would change nothing: skip the
-        // write transaction (one per uploaded file). The cursor is then not saved until the
-        // next real change; after a restart the few changes since come again, and are judged
-        // again.
-        if try store.read({ r in try isEcho(change, r) || isHeldBack(change, r) }) {
+        // the answers: skip the write transaction (one per uploaded file). The cursor is then
+        // not saved until the next real change; after a restart the few echoes since come
+        // again, and are skipped again.
+        if try store.read({ try isEcho(change, $0) }) {
             state.withLock { $0.cursor = change.cursor }
             return []
         }
@@ -34,23 +31,6 @@ extension SyncEngine {
               let local = try r.item(id: remote.id), let held = local.revision
         else { return false }
         return !remote.revision.isNewer(than: held)
-    }
-
-    /// The server's state of an item that has changes here not yet on the server, which
-    /// `applyLocked` leaves as it is (and which is not an orphan or a deletion, which it would
-    /// record).
-    func isHeldBack(_ change: ItemChange, _ r: LocalReader) throws -> Bool {
-        let remote = change.item
-        guard change.kind == .upsert, !remote.deleted, remote.id != .root, let local = try r.item(id: remote.id),
-              let parentID = remote.parentID, try r.item(id: parentID) != nil, try !r.hasOrphan(remote.id)
-        else { return false }
-        return try hasChangesOnTheirWay(local, r)
-    }
-
-    /// Local changes not yet sent (or being made): they carry their base revision, and the
-    /// server's answer (success, or a conflict holding its state) settles the item then.
-    func hasChangesOnTheirWay(_ local: LocalItem, _ r: LocalReader) throws -> Bool {
-        try r.pendingOps(for: local.ino) > 0 || local.content == .dirty || state.withLock({ $0.openForWriting[local.ino] != nil })
     }
 
     /// Applies a page of changes in one transaction (one fsync for a thousand items on the
@@ -152,7 +132,9 @@ extension SyncEngine {
             // Our own requests' answers can overtake their echoes on the push stream: a state
             // older than what we hold must not undo what we did since.
             if let held = local.revision, !remote.revision.isNewer(than: held) { return }
-            if try hasChangesOnTheirWay(local, r) { return }
+            // Local changes not yet sent: they carry their base revision, and the server's
+            // answer (success, or a conflict holding its state) settles the item then.
+            if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty || state.withLock({ $0.openForWriting[local.ino] != nil }) { return }
             let oldParent = local.parent, oldName = local.name
             if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
                 try makeRoom(for: clash, w)
