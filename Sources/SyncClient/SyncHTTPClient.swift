@@ -199,21 +199,21 @@ public final class SyncHTTPClient: Sendable {
     public func download(
         _ digest: ContentDigest, range: Range<Int64>, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void
     ) async throws {
-        try await beginDownload(digest, range: range, receive: receive).wait()
+        try await beginDownload(digest, range: range, receive: receive)()
     }
 
     public func beginDownload(
         _ digest: ContentDigest, range: Range<Int64>, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void
-    ) -> (wait: @Sendable () async throws -> Void, cancel: @Sendable () -> Void) {
+    ) -> @Sendable () async throws -> Void {
         var headers = HTTPHeaders([("Authorization", "Bearer \(token)")])
         if !range.isEmpty { headers.add(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)") }
         let request: HTTPClient.Request
         do { request = try HTTPClient.Request(url: baseURL + APIPath.blob(digest), method: .GET, headers: headers) } catch {
-            return ({ throw RemoteError.protocolError("cannot build a request: \(error)") }, {})
+            return { throw RemoteError.protocolError("cannot build a request: \(error)") }
         }
         let delegate = DownloadDelegate(range: range, receive: receive)
         let task = downloads.execute(request: request, delegate: delegate, eventLoop: .delegate(on: downloadLoop))
-        let wait: @Sendable () async throws -> Void = {
+        return {
             do {
                 try await withTaskCancellationHandler {
                     try await task.futureResult.get()
@@ -229,7 +229,6 @@ public final class SyncHTTPClient: Sendable {
                 throw RemoteError.unreachable(String(describing: error))
             }
         }
-        return (wait, { task.cancel() })
     }
 
     public func changeStream(since: ChangeCursor) -> AsyncThrowingStream<ChangeStreamEvent, Error> {

@@ -215,10 +215,10 @@ public final class Downloads: Sendable {
     /// The rest of a download `start` began: its head (asked for already), then everything after it.
     func runSequential(
         ino: Int64, digest: ContentDigest, size: Int64, generation: UInt64, fd: Int32, sink: CacheFileSink,
-        head: (wait: @Sendable () async throws -> Void, cancel: @Sendable () -> Void)
+        head: @Sendable () async throws -> Void
     ) async {
         do {
-            try await head.wait()
+            try await head()
             let headEnd = min(size, Self.headLength)
             if headEnd < size { try await remote.download(digest, range: headEnd..<size, receive: sink.receive) }
             guard sink.finish() == size else { throw EngineError.io("the download ended early", EIO) }

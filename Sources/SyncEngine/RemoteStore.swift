@@ -29,10 +29,11 @@ public protocol RemoteStore: Sendable {
 
     /// `download`, with the request handed to the transport before this returns, on the
     /// caller's thread: an open waiting for a placeholder's first bytes does not wait first for
-    /// a task to be scheduled. `wait` returns or throws as `download` does; `cancel` stops it.
+    /// a task to be scheduled. The closure returned waits for the end, returning or throwing as
+    /// `download` does; cancelling the task that waits stops the request.
     func beginDownload(
         _ digest: ContentDigest, range: Range<Int64>, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void
-    ) -> (wait: @Sendable () async throws -> Void, cancel: @Sendable () -> Void)
+    ) -> @Sendable () async throws -> Void
 
     /// Whether the server already has this content for the account (then the upload is skipped).
     func hasBlob(_ digest: ContentDigest) async throws -> Bool
@@ -57,8 +58,8 @@ extension RemoteStore {
     /// For a store without a transport of its own to start on the spot: `download` in a task.
     public func beginDownload(
         _ digest: ContentDigest, range: Range<Int64>, receive: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void
-    ) -> (wait: @Sendable () async throws -> Void, cancel: @Sendable () -> Void) {
+    ) -> @Sendable () async throws -> Void {
         let task = Task { try await download(digest, range: range, receive: receive) }
-        return ({ try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() } }, { task.cancel() })
+        return { try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() } }
     }
 }
