@@ -38,12 +38,17 @@ extension SyncEngine {
         var offline = false
         // Entries handed to a task: still in the database until their task removes them.
         var inFlight: [Int64: Int64] = [:]  // seq: ino
+        // The server items of single uploads in flight. A safe save gives a file's identity to
+        // another row (another ino) while the replaced file's upload may still be on its way:
+        // the saved file's upload waits for that answer, whose revision it goes up from.
+        var inFlightIDs: [Int64: ItemID] = [:]  // seq: item
         var running = 0
         var smallRunning = 0
 
         func settle(_ results: [EntryResult]) {
             for (seq, ino, outcome) in results {
                 inFlight[seq] = nil
+                inFlightIDs[seq] = nil
                 guard let outcome else { continue }
                 switch outcome {
                 case .done: break
@@ -94,8 +99,8 @@ extension SyncEngine {
                 }
                 let next = batch[0]
                 // A full window can only wait for a slot: no need to ask about the next entry.
-                let shape = running < Self.parallelUploads && next.op == .content && !inFlight.values.contains(next.ino)
-                    ? (try? uploadShape(next)) ?? .dependent : .dependent
+                let (shape, itemID) = running < Self.parallelUploads && next.op == .content && !inFlight.values.contains(next.ino)
+                    ? (try? uploadShape(next, busy: Set(inFlightIDs.values))) ?? (.dependent, nil) : (.dependent, nil)
                 if shape == .smallCreate && smallRunning >= Self.parallelBatches {
                     // New small files queue up behind the batches in flight and leave together
                     // once one is answered: read the outbox again then, to take them all.
@@ -111,6 +116,7 @@ extension SyncEngine {
                         batch.removeFirst(more)
                     }
                     for entry in group { inFlight[entry.seq] = entry.ino }
+                    if let itemID, shape == .single { inFlightIDs[next.seq] = itemID }
                     running += 1
                     let small = shape == .smallCreate
                     if small { smallRunning += 1 }
@@ -222,7 +228,7 @@ extension SyncEngine {
                 case .attributes: result = try await remote.updateItem(item.itemID, UpdateItemRequest(baseRevision: base, mode: item.mode, modified: item.modified))
                 default: result = try await remote.setXattrs(item.itemID, SetXattrsRequest(baseRevision: base, xattrs: item.xattrs))
                 }
-                return try adoptMetadata(item.ino, result)
+                return try adoptMetadata(item.ino, result, sentFrom: base)
             } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
                 // Metadata changes apply on top of whatever changed meanwhile: rebase and resend.
                 try rebase(item.ino, on: current!)
@@ -332,6 +338,7 @@ extension SyncEngine {
         try w.dequeue(seq)
         guard var now = try w.reader.item(item.ino) else {
             try w.updatePendingDelete(of: result.id, revision: result.revision)
+            try passToSuccessor(result, sentFrom: item.revision, w)
             return item.revision == nil ? try followUpCreate(item, result, w) : false
         }
         guard now.itemID == result.id else {
@@ -414,14 +421,15 @@ extension SyncEngine {
 
     /// Records the server's answer: the new revision (and nothing that would undo local edits made since).
     @discardableResult
-    func adoptMetadata(_ ino: Int64, _ result: ItemMetadata) throws -> Outcome {
-        try store.write { w in try adoptMetadata(ino, result, w) }
+    func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, sentFrom: Revision? = nil) throws -> Outcome {
+        try store.write { w in try adoptMetadata(ino, result, sentFrom: sentFrom, w) }
         return .done
     }
 
-    func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, _ w: LocalWriter) throws {
+    func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, sentFrom: Revision? = nil, _ w: LocalWriter) throws {
         guard var now = try w.reader.item(ino) else {
             try w.updatePendingDelete(of: result.id, revision: result.revision)
+            try passToSuccessor(result, sentFrom: sentFrom, w)
             return
         }
         guard now.itemID == result.id else { return }
@@ -429,6 +437,17 @@ extension SyncEngine {
         if now.content != .dirty { now.serverDigest = result.digest }
         now.uploadError = nil
         try w.update(now)
+    }
+
+    /// A safe save gave the item's identity to another row (see `FileSystem.rename`) while a
+    /// request about the replaced file was in flight: that row took the revision the request
+    /// was sent from, and takes the one it made now. Otherwise the save would go up from the
+    /// older revision and the server would refuse it as a conflict with this device's own edit.
+    func passToSuccessor(_ result: ItemMetadata, sentFrom base: Revision?, _ w: LocalWriter) throws {
+        guard let base, var successor = try w.reader.item(id: result.id), successor.revision == base else { return }
+        successor.revision = result.revision
+        successor.serverDigest = result.digest
+        try w.update(successor)
     }
 
     func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false) throws {

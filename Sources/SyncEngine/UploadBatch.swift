@@ -19,8 +19,13 @@ extension SyncEngine {
         case smallCreate
     }
 
-    func uploadShape(_ entry: OutboxEntry) throws -> UploadShape {
-        try store.read { r in try Self.uploadShape(entry, r) }
+    /// The entry's shape and its item's server identity; `dependent` while a single upload of
+    /// that identity (`busy`) is in flight.
+    func uploadShape(_ entry: OutboxEntry, busy: Set<ItemID>) throws -> (UploadShape, ItemID?) {
+        try store.read { r in
+            guard let id = try r.item(entry.ino)?.itemID else { return (.dependent, nil) }
+            return (busy.contains(id) ? .dependent : try Self.uploadShape(entry, r), id)
+        }
     }
 
     static func uploadShape(_ entry: OutboxEntry, _ r: LocalReader) throws -> UploadShape {

@@ -112,6 +112,9 @@ struct Harness: Sendable {
                 return result
             } catch {
                 group.cancelAll()
+                // A call held at a gate does not end on cancellation, and the group waits for
+                // every service: a failed test would hang instead of failing.
+                remote.releaseAll()
                 throw error
             }
         }

@@ -170,4 +170,35 @@ struct InFlightTests {
             #expect(try await h.read(try h.requireIno("/doc.txt")) == v2)
         }
     }
+
+    /// Regression: the saved file took the revision the replaced file had when it was renamed
+    /// over it, while that file's own edit was still on its way. The edit's answer (the next
+    /// revision) went to a deleted row, so the save went up from the older revision and the
+    /// server refused it as a conflict with this device's own edit. `sed -i` after `truncate`
+    /// did this in about one round in five.
+    @Test(
+        "safe save while the replaced file's previous edit uploads: the save goes up from the revision that edit made, no conflict"
+    )
+    func safeSaveDuringTargetUpload() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let saved = Array("saved by an editor".utf8)
+        let ino = try h.writeNewFile("doc.txt", Array("hello world".utf8))
+        try await h.running {
+            try await settled(h)
+            let edit = h.remote.hold(.updateContent)
+            try await h.overwrite(ino, Array("hello".utf8))
+            try await eventually("the edit of doc.txt to be in flight") { edit.arrivals == 1 }
+            // The temp file's create waits behind the edit in flight, so the temp file has no
+            // revision when it is renamed over: that is what makes the rename a safe save.
+            try h.writeNewFile("doc.txt.tmp", saved)
+            try h.fs.rename(parent: rootIno, name: n("doc.txt.tmp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
+            try await release(edit, .updateContent, h)
+            try await settled(h)
+            #expect(h.remote.tree() == ["/doc.txt": .init(kind: .file, digest: sha(saved))])
+            let now = try h.requireIno("/doc.txt")
+            #expect(try h.xattr(now, "user.ubiq.uploadingError") == nil)
+            #expect(try await h.read(now) == saved)
+        }
+    }
 }
