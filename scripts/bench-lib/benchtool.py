@@ -355,6 +355,7 @@ def rows(p):
         ("ttfb_warm", "  the same with the caches warm (median of 5)", "ms"),
         ("read_placeholder", f"full read of a {big} placeholder", "MB/s"),
         ("curl", "  curl of the same content from the server", "MB/s"),
+        ("curl_file", "  curl of the same into a file on this disk", "MB/s"),
         ("cp_upload", f"cp -r {p.small:,} x 4 KiB files until on the server", "files/s"),
         ("change", "remote change visible in mount (median of 5)", "ms"),
     ]
