@@ -70,10 +70,32 @@ extension SyncEngine {
         struct Finished: Sendable {
             let small: Bool
             let results: [EntryResult]
+            /// Not an upload: `lookAgain` passed.
+            var tick = false
         }
+        // The timer of the pending tick, if any: a task of its own, so that it can be stopped
+        // alone (cancelling the group would also cancel every upload added after).
+        var tick: Task<Void, Never>?
         await withTaskGroup(of: Finished.self) { tasks in
+            /// Waits until an upload in flight finishes, or `lookAgain` passes while one is in
+            /// flight (then the caller reads the outbox again: a file closed meanwhile must not
+            /// wait for a long upload to end). False when nothing is left to wait for.
             func waitForOne() async -> Bool {
+                if running > 0 && tick == nil {
+                    let timer = Task { _ = try? await Task.sleep(for: Self.lookAgain) }
+                    tick = timer
+                    tasks.addTask {
+                        await timer.value
+                        return Finished(small: false, results: [], tick: true)
+                    }
+                } else if running == 0 {
+                    tick?.cancel()  // only the tick is left: no need to sit out its sleep
+                }
                 guard let finished = await tasks.next() else { return false }
+                if finished.tick {
+                    tick = nil
+                    return true
+                }
                 running -= 1
                 if finished.small { smallRunning -= 1 }
                 settle(finished.results)
@@ -132,6 +154,10 @@ extension SyncEngine {
             while await waitForOne() {}
         }
     }
+
+    /// While uploads are in flight, the outbox is read again this often: entries queued since
+    /// (a file saved during a long upload) start in the free slots of the window.
+    static let lookAgain: Duration = .milliseconds(100)
 
     /// Six requests at a time: enough to hide round trips on a fast link, few enough not to
     /// starve the mount's other work on a small machine.

@@ -201,4 +201,25 @@ struct InFlightTests {
             #expect(try await h.read(now) == saved)
         }
     }
+
+    /// Regression: while every upload in flight waited on the network, the outbox did not look
+    /// for new entries, so a file saved during a long upload waited for that upload to end.
+    @Test("a small file saved while a large upload is in flight goes up without waiting for it")
+    func smallFileDuringLargeUpload() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            let gate = h.remote.hold(.uploadBlob)
+            try h.writeNewFile("large.bin", pattern(1 << 20))
+            try await eventually("the large file's content to be in flight") { gate.arrivals == 1 }
+            try h.writeNewFile("note.txt", Array("saved meanwhile".utf8))
+            try await eventually("note.txt to reach the server while large.bin is held") {
+                h.remote.tree()["/note.txt"] != nil
+            }
+            #expect(h.remote.tree()["/large.bin"] == nil, "the large upload was held at its gate")
+            try await release(gate, .uploadBlob, h)
+            try await settled(h)
+            #expect(h.remote.tree().keys.sorted() == ["/large.bin", "/note.txt"])
+        }
+    }
 }
