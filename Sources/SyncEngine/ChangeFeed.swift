@@ -151,20 +151,7 @@ extension SyncEngine {
             local.xattrs = remote.xattrs
             local.revision = remote.revision
             local.serverDigest = remote.digest
-            if contentChanged && local.kind == .file {
-                switch local.content {
-                case .current: local.content = .stale
-                case .partial:
-                    downloads.cancel(local.ino)
-                    cache.remove(local.ino)
-                    local.content = .placeholder
-                    local.cachedBytes = 0
-                case .placeholder, .stale:
-                    // A download of the old version may be running: it is of no use now.
-                    downloads.cancel(local.ino)
-                case .dirty: break
-                }
-            }
+            if contentChanged && local.kind == .file { contentReplaced(&local) }
             try w.update(local)
             if oldParent != local.parent || oldName != local.name, let oldParent {
                 out.append(.entry(parent: oldParent, name: oldName))
@@ -313,4 +300,37 @@ struct ChangeFeedService: Service {
 
 extension Task where Success == Never, Failure == Never {
     static var isCancelledOrShuttingDown: Bool { Task.isCancelled || Task.isShuttingDownGracefully }
+}
+
+extension SyncEngine {
+    /// The server has other content for a row whose own is not newer: a cached copy becomes
+    /// stale (read afresh on the next open), a partial one is dropped, and a download of the
+    /// old version stops. The caller sets the row's size and digest to the server's.
+    func contentReplaced(_ local: inout LocalItem) {
+        switch local.content {
+        case .current: local.content = .stale
+        case .partial:
+            downloads.cancel(local.ino)
+            cache.remove(local.ino)
+            local.content = .placeholder
+            local.cachedBytes = 0
+        case .placeholder, .stale:
+            // A download of the old version may be running: it is of no use now.
+            downloads.cancel(local.ino)
+        case .dirty: break
+        }
+    }
+
+    /// A row takes the server's content (`current`, an answer to one of its own requests):
+    /// digest and size, and the modification time unless a local one is on its way
+    /// (`keepModified`). Not for a row with local content (dirty): that content is newer.
+    func takeServerContent(_ item: inout LocalItem, from current: ItemMetadata, keepModified: Bool) {
+        guard item.content != .dirty else { return }
+        if item.kind == .file && current.digest != item.serverDigest {
+            contentReplaced(&item)
+            item.size = current.size
+            if !keepModified { item.modified = current.modified }
+        }
+        item.serverDigest = current.digest
+    }
 }

@@ -460,7 +460,8 @@ extension SyncEngine {
         }
         guard now.itemID == result.id else { return }
         now.revision = result.revision
-        if now.content != .dirty { now.serverDigest = result.digest }
+        let localTimes = try w.reader.outbox(limit: 1000).contains { $0.ino == ino && $0.op == .attributes }
+        takeServerContent(&now, from: result, keepModified: localTimes)
         now.uploadError = nil
         try w.update(now)
     }
@@ -490,8 +491,12 @@ extension SyncEngine {
                 out.append(.entry(parent: parent.ino, name: current.name))
             }
             item.revision = current.revision
-            if !keepContent && current.digest != item.serverDigest && item.content == .current { item.content = .stale }
-            if !keepContent { item.serverDigest = current.digest }
+            // The server's content, unless this row's own is what goes up next: the digest,
+            // and the size that a download of it fetches (an older size failed its check).
+            if !keepContent {
+                let localTimes = try w.reader.outbox(limit: 1000).contains { $0.ino == ino && $0.op == .attributes }
+                takeServerContent(&item, from: current, keepModified: localTimes)
+            }
             try w.update(item)
             return out
         }

@@ -202,6 +202,34 @@ struct ConflictTests {
         }
     }
 
+    /// Regression: the refused rename took the server's new digest and kept the old size, so
+    /// the download fetched the old length, failed its digest check and every read was EIO.
+    @Test(
+        "a local rename of a file edited on the server: both apply, and the new content reads whole",
+        arguments: [false, true]
+    )
+    func renameVersusRemoteEdit(placeholder: Bool) async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("old.txt", Array("base".utf8))
+        let theirs = Array("base, and more written on another device".utf8)
+        try await h.running {
+            try await h.settled()
+            if placeholder { try h.engine.evict(ino) }
+            let id = try #require(h.remote.item(atPath: "/old.txt")).id
+            h.remote.isOnline = false
+            try h.fs.rename(parent: rootIno, name: n("old.txt"), newParent: rootIno, newName: n("new.txt"), noReplace: false, exchange: false)
+            try h.remote.otherDevice.updateContent(id, to: theirs)
+            h.remote.isOnline = true
+            try await h.settled("both changes to settle")
+            #expect(h.remote.item(atPath: "/new.txt")?.id == id)
+            #expect(h.remote.content(of: id) == theirs)
+            #expect(try h.local(ino)?.size == Int64(theirs.count))
+            #expect(try await h.read(ino) == theirs)
+            #expect(try h.xattr(ino, "user.ubiq.downloadingError") == nil)
+        }
+    }
+
     @Test("edit versus delete: the edit wins and the item comes back")
     func editVersusDelete() async throws {
         let h = try Harness()
