@@ -47,4 +47,61 @@ import Testing
             for (path, kind) in expected where kind != "dir" { #expect(onServer[path] == kind, "seed \(seed): \(path)") }
         }
     }
+
+    /// Both devices at once, on the same files: A renames half of them while B appends to
+    /// them, and B renames the other half while A appends. Each rename and each edit applies,
+    /// and every file reads whole on both. (A rename refused because of the other device's
+    /// edit once kept the old size with the new digest: reads then failed with EIO.)
+    @Test func renamesOnOneDeviceAndEditsOnTheOtherBothApply() async throws {
+        try await withDevices(["A", "B"]) { _, devices in
+            let (a, b) = (devices[0], devices[1])
+            let count = 12
+            let made = try await a.sh(#"cd "$M" && mkdir d && for i in $(seq \#(count)); do echo base$i > d/f$i; done"#)
+            #expect(made.status == 0, "\(made.stderr)")
+            try await a.waitUntilUploaded()
+            try await b.expectEventually("B to see the \(count) files", devices: [a, b]) {
+                try await b.snapshot(hashing: false).count == count + 1
+            }
+            // Each device first opens the files it will append to, so that its edits reach
+            // those items whatever the other's renames have done to their names by then; then
+            // both wait at a barrier and go together: each appends (closing the file uploads
+            // it) and then renames the files the other is appending to, so that renames meet
+            // edits that reached the server after the rename's base revision.
+            let barrier = try TempDirectory("ubiq-barrier")
+            defer { barrier.remove() }
+            func script(_ me: String, appendTo first: Int, rename other: Int, as prefix: String) -> String {
+                #"cd "$M/d" && fds=() && for i in $(seq \#(first) 2 \#(count)); do exec {fd}>>f$i; fds+=($fd); done && "#
+                    + #"touch "\#(barrier.path)/\#(me)" && until [ -e "\#(barrier.path)/go" ]; do sleep 0.01; done && "#
+                    + #"k=0 && for i in $(seq \#(first) 2 \#(count)); do fd=${fds[$k]}; echo \#(me)$i >&$fd; exec {fd}>&-; k=$((k+1)); done && "#
+                    + #"for i in $(seq \#(other) 2 \#(count)); do mv f$i \#(prefix)$i; done"#
+            }
+            async let onA = a.sh(script("A", appendTo: 1, rename: 2, as: "a"))
+            async let onB = b.sh(script("B", appendTo: 2, rename: 1, as: "b"))
+            try await eventually("both devices at the barrier") {
+                FileManager.default.fileExists(atPath: barrier.path + "/A") && FileManager.default.fileExists(atPath: barrier.path + "/B")
+            }
+            FileManager.default.createFile(atPath: barrier.path + "/go", contents: nil)
+            let (ra, rb) = try await (onA, onB)
+            #expect(ra.status == 0, "A: \(ra.stderr)")
+            #expect(rb.status == 0, "B: \(rb.stderr)")
+            try await a.waitUntilUploaded()
+            try await b.waitUntilUploaded()
+            var expected: [String: String] = ["d": "dir"]
+            for i in 1...count {
+                let (name, line) = i % 2 == 0 ? ("a\(i)", "B\(i)") : ("b\(i)", "A\(i)")
+                expected["d/\(name)"] = sha256Hex(Data("base\(i)\n\(line)\n".utf8))
+            }
+            for device in [a, b] {
+                try await device.expectEventually("\(device.name) to show every rename and every edit", devices: [a, b]) {
+                    try await device.snapshot(hashing: false) == expected.mapValues { $0 == "dir" ? "dir" : "file" }
+                }
+                let shown: [String: String]
+                do { shown = try await device.snapshot() } catch {
+                    Issue.record("\(device.name): \(error)\n\(await device.diagnostics())")
+                    continue
+                }
+                #expect(shown == expected, "\(device.name)")
+            }
+        }
+    }
 }
