@@ -55,7 +55,10 @@ public final class Downloads: Sendable {
     /// What a first read of a file asks for (the kernel's first readahead window is at most this).
     static let headLength: Int64 = 128 << 10
 
-    init(remote: any RemoteStore, cache: ContentCache, store: LocalStore, logger: Logger, onFinished: @escaping @Sendable (Int64) -> Void) {
+    let observer: any MountObserver
+
+    init(remote: any RemoteStore, cache: ContentCache, store: LocalStore, observer: any MountObserver, logger: Logger, onFinished: @escaping @Sendable (Int64) -> Void) {
+        self.observer = observer
         self.remote = remote
         self.cache = cache
         self.store = store
@@ -228,8 +231,35 @@ public final class Downloads: Sendable {
             // `current` only after this check, as before.
             guard try await Self.digest(ofFile: fd, size: size) == digest else { throw EngineError.digestMismatch }
             finish(ino, digest: digest, generation: generation, error: nil)
+        } catch EngineError.digestMismatch {
+            finish(ino, digest: digest, generation: generation, error: EngineError.digestMismatch)
+            await refreshAfterMismatch(ino)
         } catch {
             finish(ino, digest: digest, generation: generation, error: error)
+        }
+    }
+
+    /// A download failed its digest check. The row may hold a size or digest that is not the
+    /// server's (an update of it lost along the way): ask the server, and unless local changes
+    /// wait to go up, take its content's size, digest and time, so that the next open fetches
+    /// the right bytes. The row's revision stays: later changes arrive on the feed as usual.
+    func refreshAfterMismatch(_ ino: Int64) async {
+        guard let item = try? store.read({ try $0.item(ino) }), item.revision != nil,
+              let current = try? await remote.item(item.itemID) else { return }
+        let repaired = (try? store.write { w -> Bool in
+            guard var now = try w.reader.item(ino), now.itemID == current.id, now.kind == .file, now.content != .dirty,
+                  try w.reader.pendingOps(for: ino) == 0, now.size != current.size || now.serverDigest != current.digest
+            else { return false }
+            now.size = current.size
+            now.serverDigest = current.digest
+            now.modified = current.modified
+            now.downloadError = nil
+            try w.update(now)
+            return true
+        }) ?? false
+        if repaired {
+            logger.notice("a download failed its check; the item's size and digest were refreshed from the server", metadata: ["item.ino": "\(ino)"])
+            observer.invalidate([.inode(ino)])
         }
     }
 

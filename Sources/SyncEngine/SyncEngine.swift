@@ -65,7 +65,7 @@ public final class SyncEngine: Sendable {
         (outboxSignals, outboxSignal) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         (maintenanceSignals, maintenanceSignal) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         let maintenance = maintenanceSignal
-        downloads = Downloads(remote: remote, cache: cache, store: store, logger: logger) { _ in maintenance.yield() }
+        downloads = Downloads(remote: remote, cache: cache, store: store, observer: observer, logger: logger) { _ in maintenance.yield() }
         outboxSignal.yield()
         maintenanceSignal.yield()
     }

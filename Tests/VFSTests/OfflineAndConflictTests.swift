@@ -230,6 +230,32 @@ struct ConflictTests {
         }
     }
 
+    /// A row whose size is not the server's (as a refused rename once left it) fails its
+    /// download's check once; the row is then refreshed from the server and reads whole.
+    @Test("a download that fails its digest check refreshes the item from the server; the next read is whole")
+    func mismatchRefreshesTheRow() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = Array("eleven bytes and then some".utf8)
+        let ino = try h.writeNewFile("f.txt", content)
+        try await h.running {
+            try await h.settled()
+            try h.engine.evict(ino)
+            try h.store.write { w in
+                var row = try #require(try w.reader.item(ino))
+                row.size = 6
+                try w.update(row)
+            }
+            // The first read gets the six bytes the row claims (a read returns once its range
+            // has landed), and the download then fails its check.
+            _ = try? await h.read(ino)
+            try await eventually("the row to take the server's size") { try h.local(ino)?.size == Int64(content.count) }
+            #expect(try await h.read(ino) == content)
+            try await eventually("the download to pass its check") { try h.downloadingStatus(ino) == "current" }
+            #expect(try h.xattr(ino, "user.ubiq.downloadingError") == nil)
+        }
+    }
+
     @Test("edit versus delete: the edit wins and the item comes back")
     func editVersusDelete() async throws {
         let h = try Harness()
