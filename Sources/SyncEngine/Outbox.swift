@@ -481,8 +481,14 @@ extension SyncEngine {
         let inval = try store.write { w -> [KernelInvalidation] in
             guard var item = try w.reader.item(ino) else { return [] }
             var out: [KernelInvalidation] = [.inode(ino)]
-            // The server's name and place win unless a local move is still queued.
-            let localMove = try w.reader.outbox(limit: 1000).contains { $0.ino == ino && $0.op == .move }
+            // What changed on the server applies here too, except what a local change still
+            // queued will send (the feed skipped those changes while this one waited). The
+            // server's name and place win unless a local move is queued; its mode unless a
+            // local chmod or touch is; its attributes unless a local change of them is.
+            let queued = Set(try w.reader.outbox(limit: 1000).filter { $0.ino == ino }.map(\.op))
+            let localMove = queued.contains(.move)
+            if !queued.contains(.attributes) { item.mode = current.mode }
+            if !queued.contains(.xattrs) { item.xattrs = current.xattrs }
             if !localMove, let parentID = current.parentID, let parent = try w.reader.item(id: parentID),
                try w.reader.child(of: parent.ino, named: current.name) == nil {
                 if let old = item.parent { out.append(.entry(parent: old, name: item.name)) }
@@ -493,10 +499,7 @@ extension SyncEngine {
             item.revision = current.revision
             // The server's content, unless this row's own is what goes up next: the digest,
             // and the size that a download of it fetches (an older size failed its check).
-            if !keepContent {
-                let localTimes = try w.reader.outbox(limit: 1000).contains { $0.ino == ino && $0.op == .attributes }
-                takeServerContent(&item, from: current, keepModified: localTimes)
-            }
+            if !keepContent { takeServerContent(&item, from: current, keepModified: queued.contains(.attributes)) }
             try w.update(item)
             return out
         }

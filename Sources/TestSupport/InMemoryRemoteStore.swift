@@ -271,6 +271,15 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
             }
         }
 
+        /// chmod on top of the item's current revision.
+        @discardableResult
+        public func setMode(_ id: ItemID, _ mode: UInt32) throws -> ItemMetadata {
+            try remote.mutate { s in
+                let base = try s.requireLive(id).revision
+                return try s.updateItem(id, UpdateItemRequest(baseRevision: base, mode: mode))
+            }
+        }
+
         @discardableResult
         public func setXattrs(_ id: ItemID, _ xattrs: [String: Data]) throws -> ItemMetadata {
             try remote.mutate { s in try s.setXattrs(id, SetXattrsRequest(baseRevision: nil, xattrs: xattrs)) }

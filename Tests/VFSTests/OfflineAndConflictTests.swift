@@ -256,6 +256,30 @@ struct ConflictTests {
         }
     }
 
+    /// Regression: the edit went up again from the server's new revision, but the row never took
+    /// that revision's mode and attributes (its feed entry was skipped while the edit waited),
+    /// so this device kept showing the old ones for good.
+    @Test("a local edit of a file whose mode and attributes changed on the server: both apply here too")
+    func editVersusRemoteChmodAndXattrs() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("f.txt", Array("v1".utf8))
+        try await h.running {
+            try await h.settled()
+            let id = try #require(h.remote.item(atPath: "/f.txt")).id
+            h.remote.isOnline = false
+            try h.remote.otherDevice.setXattrs(id, ["user.t": Data("theirs".utf8)])
+            try h.remote.otherDevice.setMode(id, 0o600)
+            try await h.overwrite(ino, Array("v2, mine".utf8))
+            h.remote.isOnline = true
+            try await h.settled("both changes to settle")
+            #expect(h.remote.content(of: id) == Array("v2, mine".utf8))
+            #expect(h.remote.liveItem(id)?.xattrs["user.t"] == Data("theirs".utf8))
+            #expect(try h.xattr(ino, "user.t") == "theirs")
+            #expect(try h.local(ino).map { $0.mode & 0o7777 } == 0o600)
+        }
+    }
+
     @Test("edit versus delete: the edit wins and the item comes back")
     func editVersusDelete() async throws {
         let h = try Harness()
