@@ -219,6 +219,13 @@ public struct LocalReader {
         try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox WHERE ino = ?"), arguments: [ino]) ?? 0
     }
 
+    /// The kinds of change queued for the item `ino` (by the outbox's `ino` index, however long
+    /// the queue is).
+    public func queuedOps(for ino: Int64) throws -> Set<OutboxOp> {
+        Set(try String.fetchAll(try db.cachedStatement(sql: "SELECT DISTINCT op FROM outbox WHERE ino = ?"), arguments: [ino])
+            .compactMap(OutboxOp.init(rawValue:)))
+    }
+
     public func outbox(limit: Int = 100) throws -> [OutboxEntry] {
         try Row.fetchAll(try db.cachedStatement(sql: "SELECT * FROM outbox ORDER BY seq LIMIT ?"), arguments: [limit]).map(OutboxEntry.init(row:))
     }

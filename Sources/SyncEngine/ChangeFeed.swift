@@ -323,13 +323,14 @@ extension SyncEngine {
 
     /// A row takes the server's content (`current`, an answer to one of its own requests):
     /// digest and size, and the modification time unless a local one is on its way
-    /// (`keepModified`). Not for a row with local content (dirty): that content is newer.
-    func takeServerContent(_ item: inout LocalItem, from current: ItemMetadata, keepModified: Bool) {
+    /// (`keepModified`, asked only when the content changed: most answers leave it as it was).
+    /// Not for a row with local content (dirty): that content is newer.
+    func takeServerContent(_ item: inout LocalItem, from current: ItemMetadata, keepModified: @autoclosure () throws -> Bool) rethrows {
         guard item.content != .dirty else { return }
         if item.kind == .file && current.digest != item.serverDigest {
             contentReplaced(&item)
             item.size = current.size
-            if !keepModified { item.modified = current.modified }
+            if try !keepModified() { item.modified = current.modified }
         }
         item.serverDigest = current.digest
     }

@@ -37,18 +37,16 @@ extension SyncEngine {
         var batch: [OutboxEntry] = []
         var offline = false
         // Entries handed to a task: still in the database until their task removes them.
-        var inFlight: [Int64: Int64] = [:]  // seq: ino
-        // The server items of single uploads in flight. A safe save gives a file's identity to
-        // another row (another ino) while the replaced file's upload may still be on its way:
-        // the saved file's upload waits for that answer, whose revision it goes up from.
-        var inFlightIDs: [Int64: ItemID] = [:]  // seq: item
+        // For a single upload also its server item: a safe save gives a file's identity to
+        // another row (another ino) while the replaced file's upload may still be on its way,
+        // and the saved file's upload waits for that answer, whose revision it goes up from.
+        var inFlight: [Int64: (ino: Int64, id: ItemID?)] = [:]  // by seq
         var running = 0
         var smallRunning = 0
 
         func settle(_ results: [EntryResult]) {
             for (seq, ino, outcome) in results {
                 inFlight[seq] = nil
-                inFlightIDs[seq] = nil
                 guard let outcome else { continue }
                 switch outcome {
                 case .done: break
@@ -121,8 +119,8 @@ extension SyncEngine {
                 }
                 let next = batch[0]
                 // A full window can only wait for a slot: no need to ask about the next entry.
-                let (shape, itemID) = running < Self.parallelUploads && next.op == .content && !inFlight.values.contains(next.ino)
-                    ? (try? uploadShape(next, busy: Set(inFlightIDs.values))) ?? (.dependent, nil) : (.dependent, nil)
+                let (shape, itemID) = running < Self.parallelUploads && next.op == .content && !inFlight.values.contains { $0.ino == next.ino }
+                    ? (try? uploadShape(next, busy: Set(inFlight.values.compactMap(\.id)))) ?? (.dependent, nil) : (.dependent, nil)
                 if shape == .smallCreate && smallRunning >= Self.parallelBatches {
                     // New small files queue up behind the batches in flight and leave together
                     // once one is answered: read the outbox again then, to take them all.
@@ -133,12 +131,11 @@ extension SyncEngine {
                 if shape != .dependent {
                     var group = [batch.removeFirst()]
                     if shape == .smallCreate {
-                        let more = (try? smallCreatesFollowing(group[0], in: batch, skipping: Set(inFlight.values))) ?? 0
+                        let more = (try? smallCreatesFollowing(group[0], in: batch, skipping: Set(inFlight.values.map(\.ino)))) ?? 0
                         group += batch.prefix(more)
                         batch.removeFirst(more)
                     }
-                    for entry in group { inFlight[entry.seq] = entry.ino }
-                    if let itemID, shape == .single { inFlightIDs[next.seq] = itemID }
+                    for entry in group { inFlight[entry.seq] = (entry.ino, shape == .single ? itemID : nil) }
                     running += 1
                     let small = shape == .smallCreate
                     if small { smallRunning += 1 }
@@ -460,8 +457,7 @@ extension SyncEngine {
         }
         guard now.itemID == result.id else { return }
         now.revision = result.revision
-        let localTimes = try w.reader.outbox(limit: 1000).contains { $0.ino == ino && $0.op == .attributes }
-        takeServerContent(&now, from: result, keepModified: localTimes)
+        try takeServerContent(&now, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes))
         now.uploadError = nil
         try w.update(now)
     }
@@ -485,7 +481,7 @@ extension SyncEngine {
             // queued will send (the feed skipped those changes while this one waited). The
             // server's name and place win unless a local move is queued; its mode unless a
             // local chmod or touch is; its attributes unless a local change of them is.
-            let queued = Set(try w.reader.outbox(limit: 1000).filter { $0.ino == ino }.map(\.op))
+            let queued = try w.reader.queuedOps(for: ino)
             let localMove = queued.contains(.move)
             if !queued.contains(.attributes) { item.mode = current.mode }
             if !queued.contains(.xattrs) { item.xattrs = current.xattrs }
@@ -559,7 +555,7 @@ extension SyncEngine {
         if try await sendPendingDelete(of: holder?.id, for: ino) { return .again }
         if let id = holder?.id {
             if let mine {
-                let queued = try store.read { try $0.outbox(limit: 10_000) }.contains { $0.ino == mine.ino && $0.op == .move }
+                let queued = try store.read { try $0.queuedOps(for: mine.ino) }.contains(.move)
                 if !queued {
                     try store.write { w in try w.enqueue(.move, ino: mine.ino) }
                     outboxSignal.yield()
