@@ -143,7 +143,9 @@ struct FuseBridge: FileSystemHandler {
     }
 
     static func answer(_ reply: consuming OpenReply, _ opened: FileSystem.Opened, _ fs: FileSystem) {
-        if !reply.opened(handle: opened.handle, options: opened.keepCache ? [.keepCache] : []) {
+        var options: OpenOptions = opened.keepCache ? [.keepCache] : []
+        if !opened.flushOnClose { options.insert(.noFlush) }
+        if !reply.opened(handle: opened.handle, options: options) {
             fs.release(opened.handle)  // the caller was interrupted: no release will come
         }
     }
@@ -167,26 +169,39 @@ struct FuseBridge: FileSystemHandler {
     func read(ino: UInt64, handle: UInt64, offset: Int64, size: Int, context: RequestContext, reply: consuming ReadReply) {
         // Content already here: answer on this thread (splice from the cache file), no Task.
         do {
-            switch try fs.readIfLocal(handle, offset: offset, size: size) {
-            case .bytes(let b)?: return reply.data(b)
-            case .file(let fd, let off, let count)?:
-                if reply.file(descriptor: fd, offset: off, count: count) { Self.servedFromCache(fd, off, count) }
-                return
-            case nil: break
-            }
+            if let ready = try fs.readIfLocal(handle, offset: offset, size: size) { return Self.answer(reply, ready) }
         } catch {
             return reply.error(error.errno)
         }
-        var pending: ReadReply? = consume reply
+        let pending = PendingRead(reply)
         let fs = self.fs
+        // Ahead of the running download: answered by the thread that lands the bytes.
+        do {
+            let waiting = try fs.readWhenLanded(handle, offset: offset, size: size) { result in
+                guard let result else { return Self.readInTask(fs, handle: handle, offset: offset, size: size, pending) }
+                pending.answer(result)
+            }
+            if waiting { return }
+        } catch {
+            return pending.fail(error.errno)
+        }
+        Self.readInTask(fs, handle: handle, offset: offset, size: size, pending)
+    }
+
+    /// The general read: waits in a task for what it needs, and says why it failed.
+    static func readInTask(_ fs: FileSystem, handle: UInt64, offset: Int64, size: Int, _ pending: PendingRead) {
         Task {
-            do {
-                switch try await fs.read(handle, offset: offset, size: size) {
-                case .bytes(let b): pending.take()!.data(b)
-                case .file(let fd, let off, let count):
-                    if pending.take()!.file(descriptor: fd, offset: off, count: count) { Self.servedFromCache(fd, off, count) }
-                }
-            } catch { pending.take()!.error((error as? FSError)?.errno ?? EIO) }
+            do { pending.answer(try await fs.read(handle, offset: offset, size: size)) } catch {
+                pending.fail((error as? FSError)?.errno ?? EIO)
+            }
+        }
+    }
+
+    static func answer(_ reply: consuming ReadReply, _ result: FileSystem.ReadResult) {
+        switch result {
+        case .bytes(let b): reply.data(b)
+        case .file(let fd, let off, let count):
+            if reply.file(descriptor: fd, offset: off, count: count) { servedFromCache(fd, off, count) }
         }
     }
 
@@ -285,6 +300,22 @@ struct FuseBridge: FileSystemHandler {
     func removexattr(ino: UInt64, name: [UInt8], context: RequestContext, reply: consuming StatusReply) {
         guard let n = String(validating: name, as: UTF8.self) else { return reply.error(ENODATA) }
         do { try fs.removeXattr(Int64(ino), name: n); reply.success() } catch { reply.error(error.errno) }
+    }
+}
+
+/// A read's reply, answered later from whichever thread gets there.
+final class PendingRead: Sendable {
+    let reply: Mutex<ReadReply?>
+
+    init(_ reply: consuming ReadReply) { self.reply = Mutex(reply) }
+
+    func answer(_ result: FileSystem.ReadResult) {
+        guard let reply = reply.withLock({ $0.take() }) else { return }
+        FuseBridge.answer(reply, result)
+    }
+
+    func fail(_ errno: Int32) {
+        reply.withLock { $0.take() }?.error(errno)
     }
 }
 

@@ -28,11 +28,16 @@ public struct ContentCache: Sendable {
         return fd
     }
 
-    /// Makes the cache file `size` bytes long without writing them (a sparse placeholder).
-    public func prepareSparse(_ ino: Int64, size: Int64) throws {
+    /// Empties the cache file and makes it `size` bytes long without writing them (a sparse
+    /// placeholder a download fills), and returns it open for reading and writing.
+    public func openSparse(_ ino: Int64, size: Int64) throws -> Int32 {
         let fd = try open(ino, truncate: true)
-        defer { close(fd) }
-        guard ftruncate(fd, off_t(size)) == 0 else { throw EngineError.io("cannot size the cache file", errno) }
+        guard ftruncate(fd, off_t(size)) == 0 else {
+            let code = errno
+            close(fd)
+            throw EngineError.io("cannot size the cache file", code)
+        }
+        return fd
     }
 
     /// Copies the cache file to a private snapshot (`copy_file_range`: a reflink or an in-kernel

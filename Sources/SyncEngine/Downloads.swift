@@ -124,22 +124,25 @@ public final class Downloads: Sendable {
             return s.nextGeneration
         }
         guard let generation else { return }
-        let fd: Int32, sink: CacheFileSink
+        // The head is asked for first, from this thread (an open's, waiting for it), before
+        // the cache file is made: the request's round trip then covers the file's creation,
+        // and no task has to be scheduled first. Its answer ends at once, so the server's
+        // thread goes idle and the one waiting for the first bytes runs at once; in one stream
+        // the server went on to send the next megabytes, and on two cores the waiting thread,
+        // woken on the server's CPU, waited a millisecond for it. The sink holds back bytes
+        // that arrive before it has its file (`attach`).
+        let sink = CacheFileSink(at: 0) { [self] range in landed(ino, range) }
+        let head = remote.beginDownload(digest, range: 0..<min(size, Self.headLength), receive: sink.receive)
+        let fd: Int32
         do {
-            try cache.prepareSparse(ino, size: size)
-            fd = try cache.open(ino)
-            sink = CacheFileSink(fd: fd, at: 0) { [self] range in landed(ino, range) }
+            fd = try cache.openSparse(ino, size: size)
             do { try register(sink, ino: ino, generation: generation) } catch { close(fd); throw error }
         } catch {
+            sink.attachFailed()
             finish(ino, digest: digest, generation: generation, error: error)
             return
         }
-        // The head first, alone, asked for here: its request goes out from this thread (an
-        // open's, waiting for it) instead of after a task has been scheduled. Its answer ends
-        // at once, so the server's thread goes idle and the one waiting for the first bytes
-        // runs at once; in one stream the server went on to send the next megabytes, and on
-        // two cores the waiting thread, woken on the server's CPU, waited a millisecond for it.
-        let head = remote.beginDownload(digest, range: 0..<min(size, Self.headLength), receive: sink.receive)
+        sink.attach(fd)
         let task = Task {
             defer { close(fd) }
             await self.runSequential(ino: ino, digest: digest, size: size, generation: generation, fd: fd, sink: sink, head: head)
@@ -156,52 +159,84 @@ public final class Downloads: Sendable {
     /// Returns once `range` has landed; at once when no download of the file runs.
     func wait(for range: Range<Int64>, ofRunning ino: Int64) async throws {
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, Error>) in
-            let (ready, priority) = state.withLock { s -> (Bool, (ContentDigest, Range<Int64>, UInt64)?) in
-                guard var active = s.active[ino] else { return (true, nil) }
-                let clamped = range.clamped(to: 0..<active.size)
-                if active.ranges.contains(clamped) { return (true, nil) }
-                active.waiters.append(Waiter(range: clamped) { error in
-                    if let error { c.resume(throwing: error) } else { c.resume() }
-                })
-                var priority: (ContentDigest, Range<Int64>, UInt64)?
-                let streamed = active.ranges.ranges.first.map { $0.lowerBound == 0 ? $0.upperBound : 0 } ?? 0
-                if clamped.lowerBound > streamed + Self.priorityDistance,
-                   !active.priorityFetches.contains(where: { $0.contains(clamped.lowerBound) }) {
-                    let start = clamped.lowerBound & ~((1 << 20) - 1)
-                    let fetch = start..<min(active.size, start + Self.priorityLength)
-                    active.priorityFetches.append(fetch)
-                    priority = (active.digest, fetch, active.generation)
-                }
-                s.active[ino] = active
-                return (false, priority)
+            let registered = addWaiter(range, of: ino, digest: nil) { _, error in
+                if let error { c.resume(throwing: error) } else { c.resume() }
             }
-            if ready {
-                // Not downloading: either finished (the caller re-checks the item) or never started.
-                c.resume()
-            } else if let (digest, fetch, generation) = priority {
-                Task { await self.runPriority(ino: ino, digest: digest, range: fetch, generation: generation) }
-            }
+            // Not downloading: either finished (the caller re-checks the item) or never started.
+            if case .waiting = registered {} else { c.resume() }
         }
+    }
+
+    /// What `addWaiter` did.
+    enum Registration {
+        /// No download of that version runs: `resume` will not be called.
+        case notRunning
+        /// The range has landed already: `resume` will not be called.
+        case landed(size: Int64)
+        /// `resume` will be called once, with the file's size and nil when the range landed,
+        /// else with why it never will.
+        case waiting
+    }
+
+    /// Registers `resume` for `range` (clamped to the file) of the running download of `ino`,
+    /// of `digest` when given. A reader far ahead of the sequential stream gets a fetch of its
+    /// own, so a seek does not wait for the whole prefix.
+    func addWaiter(_ range: Range<Int64>, of ino: Int64, digest: ContentDigest?, resume: @escaping @Sendable (Int64, Error?) -> Void) -> Registration {
+        let (registration, priority) = state.withLock { s -> (Registration, (ContentDigest, Range<Int64>, UInt64)?) in
+            guard var active = s.active[ino], digest == nil || active.digest == digest else { return (.notRunning, nil) }
+            let clamped = range.clamped(to: 0..<active.size)
+            if active.ranges.contains(clamped) { return (.landed(size: active.size), nil) }
+            let size = active.size
+            active.waiters.append(Waiter(range: clamped) { error in resume(size, error) })
+            var priority: (ContentDigest, Range<Int64>, UInt64)?
+            let streamed = active.ranges.ranges.first.map { $0.lowerBound == 0 ? $0.upperBound : 0 } ?? 0
+            if clamped.lowerBound > streamed + Self.priorityDistance,
+               !active.priorityFetches.contains(where: { $0.contains(clamped.lowerBound) }) {
+                let start = clamped.lowerBound & ~((1 << 20) - 1)
+                let fetch = start..<min(active.size, start + Self.priorityLength)
+                active.priorityFetches.append(fetch)
+                priority = (active.digest, fetch, active.generation)
+            }
+            s.active[ino] = active
+            return (.waiting, priority)
+        }
+        if let (digest, fetch, generation) = priority {
+            Task { await self.runPriority(ino: ino, digest: digest, range: fetch, generation: generation) }
+        }
+        return registration
     }
 
     /// Calls `done(true)` once `range` of a running download of `digest` has landed (at once,
     /// on this thread, when it has), on the thread that landed it: no task waits. `done(false)`
     /// when no such download runs, or it fails or is cancelled first.
     func whenLanded(_ range: Range<Int64>, of ino: Int64, digest: ContentDigest, _ done: @escaping @Sendable (Bool) -> Void) {
-        let ready = state.withLock { s -> Bool? in
-            guard var active = s.active[ino], active.digest == digest else { return false }
-            let clamped = range.clamped(to: 0..<active.size)
-            if active.ranges.contains(clamped) { return true }
-            active.waiters.append(Waiter(range: clamped) { error in
-                // Landed: at once, on the landing thread (the point of this call). Not landed:
-                // on a thread of its own, since a cancel may come from inside a transaction or
-                // a writer's lock, and the caller then releases a handle and starts a task.
-                if error == nil { done(true) } else { DispatchQueue.global().async { done(false) } }
-            })
-            s.active[ino] = active
-            return nil
+        let registered = addWaiter(range, of: ino, digest: digest) { _, error in
+            // Landed: at once, on the landing thread (the point of this call). Not landed:
+            // on a thread of its own, since a cancel may come from inside a transaction or
+            // a writer's lock, and the caller then releases a handle and starts a task.
+            if error == nil { done(true) } else { DispatchQueue.global().async { done(false) } }
         }
-        if let ready { done(ready) }
+        switch registered {
+        case .notRunning: done(false)
+        case .landed: done(true)
+        case .waiting: break
+        }
+    }
+
+    /// For a read ahead of the running download of `digest`: false at once when none runs.
+    /// Else `done` gets the file's size once the bytes of `count` from `offset` have landed
+    /// (at once, on this thread, when they have; otherwise on the thread that landed them),
+    /// or nil, on a thread of its own, when the download failed or was cancelled first.
+    public func whenLanded(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int, _ done: @escaping @Sendable (Int64?) -> Void) -> Bool {
+        let registered = addWaiter(offset..<(offset + Int64(count)), of: ino, digest: digest) { size, error in
+            if error == nil { done(size) } else { DispatchQueue.global().async { done(nil) } }
+        }
+        switch registered {
+        case .notRunning: return false
+        case .landed(let size): done(size)
+        case .waiting: break
+        }
+        return true
     }
 
     public func cancel(_ ino: Int64) {
@@ -378,7 +413,7 @@ extension Array {
 ///
 /// Unchecked Sendable: every stored var is read and written under `lock`.
 final class CacheFileSink: @unchecked Sendable {
-    let fd: Int32
+    var fd: Int32
     let lock = NSLock()
     var offset: Int64
     var cancelled = false
@@ -388,6 +423,26 @@ final class CacheFileSink: @unchecked Sendable {
         self.fd = fd
         self.offset = offset
         self.landed = landed
+    }
+
+    /// A sink whose file is still being made: it holds its lock, so the transport's first
+    /// `receive` waits (on the transport's thread, for the microseconds the file takes) until
+    /// `attach` or `attachFailed`, which the creating thread must call.
+    init(at offset: Int64, landed: @escaping @Sendable (Range<Int64>) -> Void) {
+        self.fd = -1
+        self.offset = offset
+        self.landed = landed
+        lock.lock()
+    }
+
+    func attach(_ fd: Int32) {
+        self.fd = fd
+        lock.unlock()
+    }
+
+    func attachFailed() {
+        cancelled = true
+        lock.unlock()
     }
 
     /// Called in order, one part after another, by the transport.

@@ -175,6 +175,9 @@ public final class FileSystem: Sendable {
         /// The kernel may keep its page cache from an earlier open: the content did not change.
         public var keepCache: Bool
         public var attributes: NodeAttributes
+        /// The kernel must send flush on close (a writer's flush reports a failed write, such
+        /// as a full disk). A reader's close then costs no round trip to the daemon.
+        public var flushOnClose: Bool = true
     }
 
     public func createFile(parent: Int64, name: [UInt8], mode: UInt32, flags: Int32, uid: UInt32, gid: UInt32) throws(FSError) -> Opened {
@@ -230,22 +233,56 @@ public final class FileSystem: Sendable {
         return try finishOpen(item, flags: flags, wasLocal: item.content.isWhole)
     }
 
-    /// A read-only open of a placeholder, answered without a task: the handle is made and the
-    /// download started here, and `answer` gets the open once the first bytes have landed,
-    /// on the thread that landed them — the hops through tasks were most of the wait for a
-    /// first byte. `answer(nil)` when they did not land (failed, or a newer version replaced
-    /// the download): the handle is gone then, and `open` says why or tries again.
+    /// A read-only open of a placeholder, answered without a task: the download is started
+    /// and the handle made here.
+    ///
+    /// Connected to the server, `answer` gets the open at once: the reader's first read is
+    /// then on its way while the first bytes are, and the thread that lands them answers it
+    /// (`readWhenLanded`). A download that fails then fails that read with EIO.
+    ///
+    /// Offline (or not yet connected), `answer` gets the open once the first bytes have
+    /// landed, on the thread that landed them, so that a placeholder that cannot be downloaded
+    /// fails its open at once. `answer(nil)` when they did not land (failed, or a newer version
+    /// replaced the download): the handle is gone then, and `open` says why or tries again.
     /// False: not such an open; the caller uses `open`.
     public func openWhileDownloading(_ ino: Int64, flags: Int32, answer: @escaping @Sendable (Opened?) -> Void) throws(FSError) -> Bool {
         let item = try item(ino)
         guard item.kind == .file, !Self.isWritable(flags), item.content == .placeholder || item.content == .partial,
               item.serverDigest != nil, item.size > 0
         else { return false }
-        let opened = try finishOpen(item, flags: flags, wasLocal: false)
-        engine.whenFirstBytesLand(item) { [self] landed in
+        if engine.isConnected {
+            // Started first: its request is on its way while the handle is made.
+            engine.downloads.start(item)
+            answer(try finishOpen(item, flags: flags, wasLocal: false))
+            return true
+        }
+        // The download starts first, so that its request is on its way while the handle is
+        // made (the cache file, the database): whichever of the two ends last answers.
+        let rendezvous = Mutex<(opened: Opened?, landed: Bool?, failed: Bool)>((nil, nil, false))
+        let finish = { @Sendable [self] (opened: Opened, landed: Bool) in
             if landed { return answer(opened) }
             release(opened.handle)
             answer(nil)
+        }
+        engine.whenFirstBytesLand(item) { landed in
+            let opened = rendezvous.withLock { r -> Opened? in
+                guard !r.failed else { return nil }
+                r.landed = landed
+                return r.opened
+            }
+            if let opened { finish(opened, landed) }
+        }
+        let opened: Opened
+        do { opened = try finishOpen(item, flags: flags, wasLocal: false) } catch {
+            // The open fails now; the download it started goes on for the next reader.
+            rendezvous.withLock { $0.failed = true }
+            throw error
+        }
+        if let landed = rendezvous.withLock({ r -> Bool? in
+            r.opened = opened
+            return r.landed
+        }) {
+            finish(opened, landed)
         }
         return true
     }
@@ -284,7 +321,7 @@ public final class FileSystem: Sendable {
         engine.didAccess(ino)
         // Truncated: the row changed (read it again), and the kernel's cached pages are old.
         let shown = try truncate ? self.item(ino) : item
-        return Opened(handle: handle, keepCache: wasLocal && !truncate, attributes: attributes(of: shown))
+        return Opened(handle: handle, keepCache: wasLocal && !truncate, attributes: attributes(of: shown), flushOnClose: writable)
     }
 
     public enum ReadResult: Sendable {
@@ -700,8 +737,12 @@ public final class FileSystem: Sendable {
             guard fstat(h.fd, &st) == 0 else { throw .io }
             return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: Int64(st.st_size))
         }
-        if let digest = h.digest, let fileSize = engine.downloads.landedSize(h.ino, digest: digest, from: offset, count: size) {
-            return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: fileSize)
+        if let digest = h.digest {
+            if let fileSize = engine.downloads.landedSize(h.ino, digest: digest, from: offset, count: size) {
+                return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: fileSize)
+            }
+            // Ahead of this version's running download: the caller waits for it.
+            if engine.downloads.activeDigest(h.ino) == digest { return nil }
         }
         let item = try item(h.ino)
         let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
@@ -715,6 +756,21 @@ public final class FileSystem: Sendable {
         guard local || landed else { return nil }
         if local && item.content != .stale { handles.withLock { $0.open[handle]?.knownLocal = true } }
         return .file(fd: h.fd, offset: offset, count: count)
+    }
+
+    /// A read ahead of the running download of the handle's version, answered without a
+    /// task: `answer` gets it once its bytes have landed, on the thread that landed them (at
+    /// once, on this thread, when they have). A sequential reader of a placeholder waits here
+    /// on nearly every request, and the hop through a task was a wake-up more each time.
+    /// False when no such download runs: the caller uses `read`. `answer(nil)` when the
+    /// download failed or was cancelled first: the caller uses `read`, which says why.
+    public func readWhenLanded(_ handle: UInt64, offset: Int64, size: Int, answer: @escaping @Sendable (ReadResult?) -> Void) throws(FSError) -> Bool {
+        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        guard let digest = h.digest else { return false }
+        let fd = h.fd
+        return engine.downloads.whenLanded(h.ino, digest: digest, from: offset, count: size) { fileSize in
+            answer(fileSize.map { Self.slice(fd: fd, offset: offset, size: size, fileSize: $0) })
+        }
     }
 
     static func slice(fd: Int32, offset: Int64, size: Int, fileSize: Int64) -> ReadResult {

@@ -81,8 +81,8 @@ struct PlaceholderTests {
         }
     }
 
-    @Test("a placeholder opened for reading is answered when its first bytes land; when they cannot, its handle is dropped")
-    func openWhileDownloading() async throws {
+    @Test("connected, a placeholder opened for reading is answered at once; a read ahead of its download, when its bytes land")
+    func openWhileDownloadingConnected() async throws {
         let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
         defer { h.close() }
         let content = pattern(500_000, seed: 6)
@@ -91,6 +91,54 @@ struct PlaceholderTests {
             try h.remote.otherDevice.createFile("other.bin", content: pattern(9_000, seed: 7))
             let ino = try await h.appeared("/big.bin")
             let other = try await h.appeared("/other.bin")
+            try await eventually("the engine to be connected") { h.engine.isConnected }
+            let gate = h.remote.holdDownloads(afterBytes: 0)
+            let answer = Answer()
+            #expect(try h.fs.openWhileDownloading(ino, flags: O_RDONLY) { answer.set($0) })
+            let opened = try #require(answer.value ?? nil, "answered at once, before any byte")
+            #expect(h.engine.downloads.progress(ino) != nil, "and the download runs")
+            let read = ReadAnswer()
+            #expect(try h.fs.readWhenLanded(opened.handle, offset: 0, size: 4096) { read.set($0) })
+            #expect(read.value == nil, "held before its first byte: no answer, and the caller's thread was not kept")
+            gate.open()
+            try await eventually("the read to be answered") { read.value != nil }
+            let result = try #require(read.value ?? nil)
+            #expect(sha(try Self.bytes(of: result)) == sha(Array(content[..<4096])))
+            // Behind the download's front (or once it is done) it is not this path's business.
+            try await eventually("the download to end") { h.engine.downloads.progress(ino) == nil }
+            #expect(try !h.fs.readWhenLanded(opened.handle, offset: 0, size: 4096) { _ in })
+            h.fs.release(opened.handle)
+            // Not for this path: a writer, or content already here.
+            #expect(try !h.fs.openWhileDownloading(ino, flags: O_RDWR) { _ in })
+            #expect(try !h.fs.openWhileDownloading(ino, flags: O_RDONLY) { _ in })
+
+            // A download that fails: the open succeeded, the read says EIO.
+            h.remote.failNext(.download, with: .unreachable("test"), times: 100)
+            let failed = Answer()
+            #expect(try h.fs.openWhileDownloading(other, flags: O_RDONLY) { failed.set($0) })
+            let handle = try #require(failed.value ?? nil).handle
+            await #expect(throws: FSError.self) { try await h.readRange(handle, offset: 0, size: 4096) }
+            #expect(try h.xattr(other, "user.ubiq.downloadingError") != nil)
+            h.fs.release(handle)
+        }
+    }
+
+    @Test("not connected, a placeholder opened for reading is answered when its first bytes land; when they cannot, its handle is dropped")
+    func openWhileDownloadingDisconnected() async throws {
+        let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        defer { h.close() }
+        let content = pattern(500_000, seed: 6)
+        try await h.running {
+            try h.remote.otherDevice.createFile("big.bin", content: content)
+            try h.remote.otherDevice.createFile("other.bin", content: pattern(9_000, seed: 7))
+            let ino = try await h.appeared("/big.bin")
+            let other = try await h.appeared("/other.bin")
+            // The push stream ends and cannot come back: the engine is not connected, while
+            // downloads still work.
+            try await eventually("the push stream to open") { h.remote.openStreamCount == 1 && h.engine.isConnected }
+            let reconnect = h.remote.hold(.ensureContainer)
+            h.remote.dropStreams()
+            try await eventually("the engine to notice") { !h.engine.isConnected }
             let gate = h.remote.holdDownloads(afterBytes: 0)
             let answer = Answer()
             #expect(try h.fs.openWhileDownloading(ino, flags: O_RDONLY) { answer.set($0) })
@@ -102,8 +150,6 @@ struct PlaceholderTests {
             let head = try await within(.seconds(10), "a read of the first bytes") { try await h.readRange(opened.handle, offset: 0, size: 4096) }
             #expect(sha(head) == sha(Array(content[..<4096])))
             h.fs.release(opened.handle)
-            // Not for this path: a writer, or content already here.
-            #expect(try !h.fs.openWhileDownloading(ino, flags: O_RDWR) { _ in })
 
             h.remote.isOnline = false
             let failed = Answer()
@@ -112,6 +158,18 @@ struct PlaceholderTests {
             #expect(failed.value! == nil, "no first bytes: the general open says why")
             #expect(!h.engine.isOpen(other), "and the handle made for it is gone")
             h.remote.isOnline = true
+            reconnect.open()
+        }
+    }
+
+    static func bytes(of result: FileSystem.ReadResult) throws -> [UInt8] {
+        switch result {
+        case .bytes(let b): return b
+        case .file(let fd, let offset, let count):
+            var buffer = [UInt8](repeating: 0, count: count)
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(offset)) }
+            #expect(n == count)
+            return buffer
         }
     }
 
@@ -243,6 +301,12 @@ struct PlaceholderTests {
 }
 
 /// What an asynchronous answer delivered, once.
+final class ReadAnswer: Sendable {
+    let state = Mutex<FileSystem.ReadResult??>(nil)
+    func set(_ result: FileSystem.ReadResult?) { state.withLock { $0 = .some(result) } }
+    var value: FileSystem.ReadResult?? { state.withLock { $0 } }
+}
+
 final class Answer: Sendable {
     let state = Mutex<FileSystem.Opened??>(nil)
     func set(_ opened: FileSystem.Opened?) { state.withLock { $0 = .some(opened) } }
