@@ -116,6 +116,12 @@ public final class LocalStore: Sendable {
                 CREATE INDEX outbox_deletes_by_item ON outbox(item_id) WHERE op = 'delete';
                 """)
         }
+        m.registerMigration("v4: attribute names changed here") { db in
+            // The names of the synced attributes changed on this device and not yet on the
+            // server. A change refused because the item changed on the server meanwhile then
+            // merges name by name: these from here, every other name from the server.
+            try db.execute(sql: "CREATE TABLE xattr_changes (ino INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY (ino, name)) WITHOUT ROWID")
+        }
         return m
     }
 
@@ -221,6 +227,11 @@ public struct LocalReader {
 
     /// The kinds of change queued for the item `ino` (by the outbox's `ino` index, however long
     /// the queue is).
+    /// The names of the synced attributes of `ino` changed here and not yet on the server.
+    public func xattrChanges(of ino: Int64) throws -> Set<String> {
+        Set(try String.fetchAll(try db.cachedStatement(sql: "SELECT name FROM xattr_changes WHERE ino = ?"), arguments: [ino]))
+    }
+
     public func queuedOps(for ino: Int64) throws -> Set<OutboxOp> {
         Set(try String.fetchAll(try db.cachedStatement(sql: "SELECT DISTINCT op FROM outbox WHERE ino = ?"), arguments: [ino])
             .compactMap(OutboxOp.init(rawValue:)))
@@ -336,6 +347,19 @@ public struct LocalWriter {
 
     public func delete(_ ino: Int64) throws {
         try db.cachedStatement(sql: "DELETE FROM items WHERE ino = ?").execute(arguments: [ino])
+        try db.cachedStatement(sql: "DELETE FROM xattr_changes WHERE ino = ?").execute(arguments: [ino])
+    }
+
+    /// Records that the synced attribute `name` of `ino` was set or removed on this device.
+    public func noteXattrChange(_ ino: Int64, name: String) throws {
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO xattr_changes (ino, name) VALUES (?, ?)").execute(arguments: [ino, name])
+    }
+
+    /// Forgets changed attribute names that the server now holds as this device does.
+    public func settleXattrChanges(_ ino: Int64, _ names: some Sequence<String>) throws {
+        for name in names {
+            try db.cachedStatement(sql: "DELETE FROM xattr_changes WHERE ino = ? AND name = ?").execute(arguments: [ino, name])
+        }
     }
 
     /// Queues an op unless the same op for the same item is already waiting (ops use the

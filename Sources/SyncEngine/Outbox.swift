@@ -457,6 +457,9 @@ extension SyncEngine {
         }
         guard now.itemID == result.id else { return }
         now.revision = result.revision
+        // Attributes the server now holds as this device does are no longer changes of ours.
+        let changed = try w.reader.xattrChanges(of: ino)
+        if !changed.isEmpty { try w.settleXattrChanges(ino, changed.filter { now.xattrs[$0] == result.xattrs[$0] }) }
         try takeServerContent(&now, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes))
         now.uploadError = nil
         try w.update(now)
@@ -473,6 +476,12 @@ extension SyncEngine {
         try w.update(successor)
     }
 
+    static func mergeXattrs(server: [String: Data], local: [String: Data], changedHere: Set<String>) -> [String: Data] {
+        var merged = server
+        for name in changedHere { merged[name] = local[name] }
+        return merged
+    }
+
     func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false) throws {
         let inval = try store.write { w -> [KernelInvalidation] in
             guard var item = try w.reader.item(ino) else { return [] }
@@ -484,7 +493,13 @@ extension SyncEngine {
             let queued = try w.reader.queuedOps(for: ino)
             let localMove = queued.contains(.move)
             if !queued.contains(.attributes) { item.mode = current.mode }
-            if !queued.contains(.xattrs) { item.xattrs = current.xattrs }
+            if !queued.contains(.xattrs) {
+                item.xattrs = current.xattrs
+            } else if case let changed = try w.reader.xattrChanges(of: ino), !changed.isEmpty {
+                // Name by name: ours for the names changed here, the server's for the rest, so
+                // that another device's change of another attribute is kept.
+                item.xattrs = Self.mergeXattrs(server: current.xattrs, local: item.xattrs, changedHere: changed)
+            }
             if !localMove, let parentID = current.parentID, let parent = try w.reader.item(id: parentID),
                try w.reader.child(of: parent.ino, named: current.name) == nil {
                 if let old = item.parent { out.append(.entry(parent: old, name: item.name)) }

@@ -822,7 +822,7 @@ public final class FileSystem: Sendable {
             do { try SyncedXattr.validate(item.xattrs) } catch { throw FSError.attributeTooLarge }
             item.changed = Self.now()
             try w.update(item)
-            if try !w.reader.isExcluded(ino) && item.revision != nil { try w.enqueue(.xattrs, ino: ino) }
+            try queueXattrChange(item, name: name, w)
         }
         engine.outboxChanged()
     }
@@ -835,9 +835,17 @@ public final class FileSystem: Sendable {
             guard item.xattrs.removeValue(forKey: name) != nil else { throw FSError.noAttribute }
             item.changed = Self.now()
             try w.update(item)
-            if try !w.reader.isExcluded(ino) && item.revision != nil { try w.enqueue(.xattrs, ino: ino) }
+            try queueXattrChange(item, name: name, w)
         }
         engine.outboxChanged()
+    }
+
+    /// Queues the send of an uploaded item's attributes (a new item's create carries them),
+    /// and records which one changed, for a merge with changes made elsewhere meanwhile.
+    func queueXattrChange(_ item: LocalItem, name: String, _ w: LocalWriter) throws {
+        guard try !w.reader.isExcluded(item.ino), item.revision != nil else { return }
+        try w.enqueue(.xattrs, ino: item.ino)
+        try w.noteXattrChange(item.ino, name: name)
     }
 
     // MARK: Volume
