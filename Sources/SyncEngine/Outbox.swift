@@ -374,6 +374,7 @@ extension SyncEngine {
         now.revision = result.revision
         now.serverDigest = digest
         now.uploadError = nil
+        try settleXattrChanges(now, heldByServer: result, w)
         if state.withLock({ $0.writeGenerations[item.ino] ?? 0 }) == generation && now.content == .dirty {
             now.content = .current
         }
@@ -457,9 +458,7 @@ extension SyncEngine {
         }
         guard now.itemID == result.id else { return }
         now.revision = result.revision
-        // Attributes the server now holds as this device does are no longer changes of ours.
-        let changed = try w.reader.xattrChanges(of: ino)
-        if !changed.isEmpty { try w.settleXattrChanges(ino, changed.filter { now.xattrs[$0] == result.xattrs[$0] }) }
+        try settleXattrChanges(now, heldByServer: result, w)
         try takeServerContent(&now, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes))
         now.uploadError = nil
         try w.update(now)
@@ -474,6 +473,12 @@ extension SyncEngine {
         successor.revision = result.revision
         successor.serverDigest = result.digest
         try w.update(successor)
+    }
+
+    /// Attributes the server now holds as this device does are no longer changes of ours.
+    func settleXattrChanges(_ now: LocalItem, heldByServer result: ItemMetadata, _ w: LocalWriter) throws {
+        let changed = try w.reader.xattrChanges(of: now.ino)
+        if !changed.isEmpty { try w.settleXattrChanges(now.ino, changed.filter { now.xattrs[$0] == result.xattrs[$0] }) }
     }
 
     static func mergeXattrs(server: [String: Data], local: [String: Data], changedHere: Set<String>) -> [String: Data] {
@@ -495,10 +500,11 @@ extension SyncEngine {
             if !queued.contains(.attributes) { item.mode = current.mode }
             if !queued.contains(.xattrs) {
                 item.xattrs = current.xattrs
-            } else if case let changed = try w.reader.xattrChanges(of: ino), !changed.isEmpty {
-                // Name by name: ours for the names changed here, the server's for the rest, so
-                // that another device's change of another attribute is kept.
-                item.xattrs = Self.mergeXattrs(server: current.xattrs, local: item.xattrs, changedHere: changed)
+            } else {
+                // Name by name: ours for the names changed here and not yet on the server, the
+                // server's for every other, so that another device's change of another
+                // attribute is kept (a queued send with no such name left sends the server's).
+                item.xattrs = Self.mergeXattrs(server: current.xattrs, local: item.xattrs, changedHere: try w.reader.xattrChanges(of: ino))
             }
             if !localMove, let parentID = current.parentID, let parent = try w.reader.item(id: parentID),
                try w.reader.child(of: parent.ino, named: current.name) == nil {

@@ -840,12 +840,14 @@ public final class FileSystem: Sendable {
         engine.outboxChanged()
     }
 
-    /// Queues the send of an uploaded item's attributes (a new item's create carries them),
-    /// and records which one changed, for a merge with changes made elsewhere meanwhile.
+    /// Records which attribute changed, for a merge with changes made elsewhere meanwhile,
+    /// and queues the send of an uploaded item's attributes (a new item's create carries
+    /// them; a change made while the create is in flight is sent after it, see
+    /// `followUpCreate`).
     func queueXattrChange(_ item: LocalItem, name: String, _ w: LocalWriter) throws {
-        guard try !w.reader.isExcluded(item.ino), item.revision != nil else { return }
-        try w.enqueue(.xattrs, ino: item.ino)
+        guard try !w.reader.isExcluded(item.ino) else { return }
         try w.noteXattrChange(item.ino, name: name)
+        if item.revision != nil { try w.enqueue(.xattrs, ino: item.ino) }
     }
 
     // MARK: Volume

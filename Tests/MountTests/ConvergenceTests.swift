@@ -104,4 +104,47 @@ import Testing
             }
         }
     }
+
+    /// Both devices at once, on the same files: A sets three attributes and removes a shared
+    /// one while B sets three others. Every set and every removal applies on both. (Sent as
+    /// whole sets, the later device's set won and the other's changes were lost; then a send
+    /// queued behind an answered one still sent a stale whole set.)
+    @Test func attributesFromBothDevicesAtOnceAllApply() async throws {
+        try await withDevices(["A", "B"]) { _, devices in
+            let (a, b) = (devices[0], devices[1])
+            let count = 6
+            let made = try await a.sh(#"cd "$M" && mkdir x && for i in $(seq \#(count)); do echo $i > x/f$i && setfattr -n user.common -v base x/f$i; done"#)
+            #expect(made.status == 0, "\(made.stderr)")
+            try await a.waitUntilUploaded()
+            let shared = #"cd "$M/x" && for i in $(seq \#(count)); do getfattr --only-values -n user.common f$i 2>/dev/null; echo; done"#
+            try await b.expectEventually("B to see the shared attribute on every file", devices: [a, b]) {
+                try await b.sh(shared).stdout == String(repeating: "base\n", count: count)
+            }
+            let barrier = try TempDirectory("ubiq-barrier")
+            defer { barrier.remove() }
+            func script(_ me: String, then extra: String) -> String {
+                #"cd "$M/x" && touch "\#(barrier.path)/\#(me)" && until [ -e "\#(barrier.path)/go" ]; do sleep 0.01; done && "#
+                    + #"for r in 1 2 3; do for i in $(seq \#(count)); do setfattr -n user.\#(me)$r -v \#(me)$r f$i; done; done\#(extra)"#
+            }
+            async let onA = a.sh(script("a", then: #" && for i in $(seq \#(count)); do setfattr -x user.common f$i; done"#))
+            async let onB = b.sh(script("b", then: ""))
+            try await eventually("both devices at the barrier") {
+                FileManager.default.fileExists(atPath: barrier.path + "/a") && FileManager.default.fileExists(atPath: barrier.path + "/b")
+            }
+            FileManager.default.createFile(atPath: barrier.path + "/go", contents: nil)
+            let (ra, rb) = try await (onA, onB)
+            #expect(ra.status == 0, "A: \(ra.stderr)")
+            #expect(rb.status == 0, "B: \(rb.stderr)")
+            try await a.waitUntilUploaded()
+            try await b.waitUntilUploaded()
+            let dump = #"cd "$M/x" && for i in $(seq \#(count)); do getfattr --absolute-names -d -m '^user\.([ab][0-9]|common)' f$i | grep = | LC_ALL=C sort | tr '\n' ' '; echo; done"#
+            let line = #"user.a1="a1" user.a2="a2" user.a3="a3" user.b1="b1" user.b2="b2" user.b3="b3" "#
+            let expected = String(repeating: line + "\n", count: count)
+            for device in [a, b] {
+                try await device.expectEventually("\(device.name) to show every attribute set and removed on both", devices: [a, b]) {
+                    try await device.sh(dump).stdout == expected
+                }
+            }
+        }
+    }
 }
