@@ -225,13 +225,13 @@ public struct LocalReader {
         try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox WHERE ino = ?"), arguments: [ino]) ?? 0
     }
 
-    /// The kinds of change queued for the item `ino` (by the outbox's `ino` index, however long
-    /// the queue is).
     /// The names of the synced attributes of `ino` changed here and not yet on the server.
     public func xattrChanges(of ino: Int64) throws -> Set<String> {
         Set(try String.fetchAll(try db.cachedStatement(sql: "SELECT name FROM xattr_changes WHERE ino = ?"), arguments: [ino]))
     }
 
+    /// The kinds of change queued for the item `ino` (by the outbox's `ino` index, however long
+    /// the queue is).
     public func queuedOps(for ino: Int64) throws -> Set<OutboxOp> {
         Set(try String.fetchAll(try db.cachedStatement(sql: "SELECT DISTINCT op FROM outbox WHERE ino = ?"), arguments: [ino])
             .compactMap(OutboxOp.init(rawValue:)))
