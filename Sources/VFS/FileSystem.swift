@@ -612,6 +612,7 @@ public final class FileSystem: Sendable {
                 cursor = try r.item(c)?.parent
             }
             let wasExcluded = try r.isExcluded(source.ino)
+            var tookOver: LocalItem?
             if let target = try r.child(of: newParent, named: to.rawValue) {
                 if noReplace { throw FSError.exists }
                 if target.kind == .folder {
@@ -629,6 +630,7 @@ public final class FileSystem: Sendable {
                     source.itemID = target.itemID
                     source.revision = target.revision
                     source.serverDigest = target.serverDigest
+                    tookOver = target
                 } else {
                     try deleteRow(target, w)
                 }
@@ -646,6 +648,7 @@ public final class FileSystem: Sendable {
                 if source.revision != nil {
                     try w.enqueue(.move, ino: source.ino)
                     if source.content == .dirty { try w.enqueue(.content, ino: source.ino) }
+                    if let old = tookOver { try queueDifferences(of: source, from: old, w) }
                 } else if try r.hasStartedCreate(source.ino) {
                     // The create in flight carries the old name and place. The move goes in the
                     // queue now, in its turn: a follow-up queued when the create is answered
@@ -666,6 +669,17 @@ public final class FileSystem: Sendable {
             if engine.isOpen(replaced.ino) { detached.withLock { $0[replaced.ino] = replaced } } else { cache.remove(replaced.ino) }
         }
         engine.outboxChanged()
+    }
+
+    /// A safe save's file keeps its own mode and attributes: those that differ from the file
+    /// it replaced go up too (a content upload carries neither). Its noted attribute changes
+    /// become exactly those that differ.
+    func queueDifferences(of source: LocalItem, from old: LocalItem, _ w: LocalWriter) throws {
+        if source.mode & 0o7777 != old.mode & 0o7777 { try w.enqueue(.attributes, ino: source.ino) }
+        let differing = Set(source.xattrs.keys).union(old.xattrs.keys).filter { source.xattrs[$0] != old.xattrs[$0] }
+        try w.settleXattrChanges(source.ino, try w.reader.xattrChanges(of: source.ino).subtracting(differing))
+        for name in differing { try w.noteXattrChange(source.ino, name: name) }
+        if !differing.isEmpty { try w.enqueue(.xattrs, ino: source.ino) }
     }
 
     /// Queues the deletion of an item (and what is below it) that became local-only.

@@ -202,6 +202,36 @@ struct InFlightTests {
         }
     }
 
+    @Test("a safe save keeps the saved file's own mode and attributes on the server, not the replaced file's")
+    func safeSaveSendsModeAndAttributes() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("doc.txt", Array("v1".utf8))
+        try await h.running {
+            try await settled(h)
+            try h.fs.setXattr(ino, name: "user.k", value: Array("old".utf8), create: false, replace: false)
+            try h.fs.setXattr(ino, name: "user.same", value: Array("kept".utf8), create: false, replace: false)
+            try await settled(h)
+            let id = try #require(h.remote.item(atPath: "/doc.txt")).id
+            // Offline, so that the temp file is still new when it is renamed over: a safe save.
+            h.remote.isOnline = false
+            try await eventually("the engine to notice it is offline") { !h.engine.isConnected }
+            let tmp = try h.writeNewFile("doc.txt.tmp", Array("v2".utf8))
+            try h.fs.setXattr(tmp, name: "user.k", value: Array("new".utf8), create: false, replace: false)
+            try h.fs.setXattr(tmp, name: "user.extra", value: Array("1".utf8), create: false, replace: false)
+            try h.fs.setXattr(tmp, name: "user.same", value: Array("kept".utf8), create: false, replace: false)
+            _ = try await h.fs.setAttributes(tmp, .init(mode: 0o600), handle: nil)
+            try h.fs.rename(parent: rootIno, name: n("doc.txt.tmp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
+            h.remote.isOnline = true
+            try await settled(h)
+            let item = try #require(h.remote.liveItem(id), "the same item, a new version")
+            #expect(h.remote.content(of: id) == Array("v2".utf8))
+            #expect(item.xattrs == ["user.k": Data("new".utf8), "user.extra": Data("1".utf8), "user.same": Data("kept".utf8)])
+            #expect(item.mode & 0o7777 == 0o600)
+            #expect(try h.store.read { try $0.xattrChanges(of: tmp) }.isEmpty)
+        }
+    }
+
     /// Regression: while every upload in flight waited on the network, the outbox did not look
     /// for new entries, so a file saved during a long upload waited for that upload to end.
     @Test("a small file saved while a large upload is in flight goes up without waiting for it")
