@@ -23,13 +23,14 @@ extension SyncEngine {
     /// that identity (`busy`) is in flight.
     func uploadShape(_ entry: OutboxEntry, busy: Set<ItemID>) throws -> (UploadShape, ItemID?) {
         try store.read { r in
-            guard let id = try r.item(entry.ino)?.itemID else { return (.dependent, nil) }
-            return (busy.contains(id) ? .dependent : try Self.uploadShape(entry, r), id)
+            guard let item = try r.item(entry.ino) else { return (.dependent, nil) }
+            return (busy.contains(item.itemID) ? .dependent : try Self.uploadShape(entry, of: item, r), item.itemID)
         }
     }
 
-    static func uploadShape(_ entry: OutboxEntry, _ r: LocalReader) throws -> UploadShape {
-        guard entry.op == .content, let item = try r.item(entry.ino), let parent = item.parent else { return .dependent }
+    /// `item`: the entry's row, as the caller read it (nil when gone).
+    static func uploadShape(_ entry: OutboxEntry, of item: LocalItem?, _ r: LocalReader) throws -> UploadShape {
+        guard entry.op == .content, let item, let parent = item.parent else { return .dependent }
         if parent != LocalItem.rootIno, try r.item(parent)?.revision == nil { return .dependent }
         return item.kind == .file && item.revision == nil && item.size <= Int64(SyncProtocol.maxInlineContent) ? .smallCreate : .single
     }
@@ -43,8 +44,10 @@ extension SyncEngine {
             var bytes = try r.item(first.ino)?.size ?? 0
             var count = 0
             for entry in queue.prefix(SyncProtocol.maxBatchItems - 1) {
-                guard !busy.contains(entry.ino), !inos.contains(entry.ino), try Self.uploadShape(entry, r) == .smallCreate,
-                      let size = try r.item(entry.ino)?.size, bytes + size <= Int64(SyncProtocol.maxBatchContent)
+                guard !busy.contains(entry.ino), !inos.contains(entry.ino) else { break }
+                let item = try r.item(entry.ino)
+                guard try Self.uploadShape(entry, of: item, r) == .smallCreate, let size = item?.size,
+                      bytes + size <= Int64(SyncProtocol.maxBatchContent)
                 else { break }
                 inos.insert(entry.ino)
                 bytes += size
@@ -73,7 +76,8 @@ extension SyncEngine {
             let current = try store.read { r in
                 try entries.map { e -> (OutboxEntry?, LocalItem?, ItemID?) in
                     guard let entry = try r.outboxEntry(e.seq) else { return (nil, nil, nil) }
-                    guard try Self.uploadShape(entry, r) == .smallCreate, let item = try r.item(entry.ino),
+                    let row = try r.item(entry.ino)
+                    guard try Self.uploadShape(entry, of: row, r) == .smallCreate, let item = row,
                           item.content == .dirty, try !r.isExcluded(item.ino), let parent = item.parent
                     else { return (entry, nil, nil) }
                     let parentID = parent == LocalItem.rootIno ? ItemID.root : try r.item(parent)?.itemID
