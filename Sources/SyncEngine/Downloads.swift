@@ -85,11 +85,16 @@ public final class Downloads: Sendable {
     /// Waits for the bytes of `count` from `offset` when a download of `digest` runs; false
     /// (at once) when none does. Throws when that download fails or is cancelled.
     public func waitIfRunning(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int) async throws -> Bool {
-        guard let running = state.withLock({ $0.active[ino] }), running.digest == digest else { return false }
-        let end = min(running.size, offset + Int64(count))
-        guard offset < end else { return true }
-        try await wait(for: offset..<end, ofRunning: ino)
-        return true
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Bool, Error>) in
+            let registered = addWaiter(offset..<(offset + Int64(count)), of: ino, digest: digest) { _, error in
+                if let error { c.resume(throwing: error) } else { c.resume(returning: true) }
+            }
+            switch registered {
+            case .notRunning: c.resume(returning: false)
+            case .landed: c.resume(returning: true)
+            case .waiting: break
+            }
+        }
     }
 
     /// The digest a running download fetches.
@@ -206,29 +211,16 @@ public final class Downloads: Sendable {
         return registration
     }
 
-    /// Calls `done(true)` once `range` of a running download of `digest` has landed (at once,
-    /// on this thread, when it has), on the thread that landed it: no task waits. `done(false)`
-    /// when no such download runs, or it fails or is cancelled first.
-    func whenLanded(_ range: Range<Int64>, of ino: Int64, digest: ContentDigest, _ done: @escaping @Sendable (Bool) -> Void) {
-        let registered = addWaiter(range, of: ino, digest: digest) { _, error in
+    /// For an open or a read ahead of the running download of `digest`, with no task waiting:
+    /// false at once when none runs. Else `done` gets the file's size once the bytes of
+    /// `count` from `offset` have landed (at once, on this thread, when they have; otherwise
+    /// on the thread that landed them), or nil when the download failed or was cancelled
+    /// first.
+    public func whenLanded(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int, _ done: @escaping @Sendable (Int64?) -> Void) -> Bool {
+        let registered = addWaiter(offset..<(offset + Int64(count)), of: ino, digest: digest) { size, error in
             // Landed: at once, on the landing thread (the point of this call). Not landed:
             // on a thread of its own, since a cancel may come from inside a transaction or
             // a writer's lock, and the caller then releases a handle and starts a task.
-            if error == nil { done(true) } else { DispatchQueue.global().async { done(false) } }
-        }
-        switch registered {
-        case .notRunning: done(false)
-        case .landed: done(true)
-        case .waiting: break
-        }
-    }
-
-    /// For a read ahead of the running download of `digest`: false at once when none runs.
-    /// Else `done` gets the file's size once the bytes of `count` from `offset` have landed
-    /// (at once, on this thread, when they have; otherwise on the thread that landed them),
-    /// or nil, on a thread of its own, when the download failed or was cancelled first.
-    public func whenLanded(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int, _ done: @escaping @Sendable (Int64?) -> Void) -> Bool {
-        let registered = addWaiter(offset..<(offset + Int64(count)), of: ino, digest: digest) { size, error in
             if error == nil { done(size) } else { DispatchQueue.global().async { done(nil) } }
         }
         switch registered {

@@ -76,7 +76,8 @@ extension SyncEngine {
     public func whenFirstBytesLand(_ item: LocalItem, _ done: @escaping @Sendable (Bool) -> Void) {
         guard let digest = item.serverDigest else { return done(false) }
         downloads.start(item)
-        downloads.whenLanded(0..<min(item.size, Self.firstBytes), of: item.ino, digest: digest, done)
+        let waiting = downloads.whenLanded(item.ino, digest: digest, from: 0, count: Int(min(item.size, Self.firstBytes))) { done($0 != nil) }
+        if !waiting { done(false) }
     }
 
     /// What an open of a placeholder waits for: the start of the file, which is what most
