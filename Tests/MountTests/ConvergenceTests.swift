@@ -67,23 +67,15 @@ import Testing
             // both wait at a barrier and go together: each appends (closing the file uploads
             // it) and then renames the files the other is appending to, so that renames meet
             // edits that reached the server after the rename's base revision.
-            let barrier = try TempDirectory("ubiq-barrier")
-            defer { barrier.remove() }
-            func script(_ me: String, appendTo first: Int, rename other: Int, as prefix: String) -> String {
+            func script(_ me: String, at barrier: String, appendTo first: Int, rename other: Int, as prefix: String) -> String {
                 #"cd "$M/d" && fds=() && for i in $(seq \#(first) 2 \#(count)); do exec {fd}>>f$i; fds+=($fd); done && "#
-                    + #"touch "\#(barrier.path)/\#(me)" && until [ -e "\#(barrier.path)/go" ]; do sleep 0.01; done && "#
+                    + #"\#(barrier) && "#
                     + #"k=0 && for i in $(seq \#(first) 2 \#(count)); do fd=${fds[$k]}; echo \#(me)$i >&$fd; exec {fd}>&-; k=$((k+1)); done && "#
                     + #"for i in $(seq \#(other) 2 \#(count)); do mv f$i \#(prefix)$i; done"#
             }
-            async let onA = a.sh(script("A", appendTo: 1, rename: 2, as: "a"))
-            async let onB = b.sh(script("B", appendTo: 2, rename: 1, as: "b"))
-            try await eventually("both devices at the barrier") {
-                FileManager.default.fileExists(atPath: barrier.path + "/A") && FileManager.default.fileExists(atPath: barrier.path + "/B")
+            try await together(a, b) { atA, atB in
+                (script("A", at: atA, appendTo: 1, rename: 2, as: "a"), script("B", at: atB, appendTo: 2, rename: 1, as: "b"))
             }
-            FileManager.default.createFile(atPath: barrier.path + "/go", contents: nil)
-            let (ra, rb) = try await (onA, onB)
-            #expect(ra.status == 0, "A: \(ra.stderr)")
-            #expect(rb.status == 0, "B: \(rb.stderr)")
             try await a.waitUntilUploaded()
             try await b.waitUntilUploaded()
             var expected: [String: String] = ["d": "dir"]
@@ -120,21 +112,13 @@ import Testing
             try await b.expectEventually("B to see the shared attribute on every file", devices: [a, b]) {
                 try await b.sh(shared).stdout == String(repeating: "base\n", count: count)
             }
-            let barrier = try TempDirectory("ubiq-barrier")
-            defer { barrier.remove() }
-            func script(_ me: String, then extra: String) -> String {
-                #"cd "$M/x" && touch "\#(barrier.path)/\#(me)" && until [ -e "\#(barrier.path)/go" ]; do sleep 0.01; done && "#
+            func script(_ me: String, at barrier: String, then extra: String) -> String {
+                #"cd "$M/x" && \#(barrier) && "#
                     + #"for r in 1 2 3; do for i in $(seq \#(count)); do setfattr -n user.\#(me)$r -v \#(me)$r f$i; done; done\#(extra)"#
             }
-            async let onA = a.sh(script("a", then: #" && for i in $(seq \#(count)); do setfattr -x user.common f$i; done"#))
-            async let onB = b.sh(script("b", then: ""))
-            try await eventually("both devices at the barrier") {
-                FileManager.default.fileExists(atPath: barrier.path + "/a") && FileManager.default.fileExists(atPath: barrier.path + "/b")
+            try await together(a, b) { atA, atB in
+                (script("a", at: atA, then: #" && for i in $(seq \#(count)); do setfattr -x user.common f$i; done"#), script("b", at: atB, then: ""))
             }
-            FileManager.default.createFile(atPath: barrier.path + "/go", contents: nil)
-            let (ra, rb) = try await (onA, onB)
-            #expect(ra.status == 0, "A: \(ra.stderr)")
-            #expect(rb.status == 0, "B: \(rb.stderr)")
             try await a.waitUntilUploaded()
             try await b.waitUntilUploaded()
             let dump = #"cd "$M/x" && for i in $(seq \#(count)); do getfattr --absolute-names -d -m '^user\.([ab][0-9]|common)' f$i | grep = | LC_ALL=C sort | tr '\n' ' '; echo; done"#
@@ -147,4 +131,25 @@ import Testing
             }
         }
     }
+}
+
+/// Runs one shell script on each device so that both go on together from a barrier in them:
+/// `scripts` gets the shell command that waits at the barrier for A and for B, and returns the
+/// two scripts. Both must succeed.
+func together(_ a: TestDevice, _ b: TestDevice, _ scripts: (_ atA: String, _ atB: String) -> (String, String)) async throws {
+    let barrier = try TempDirectory("ubiq-barrier")
+    defer { barrier.remove() }
+    func wait(_ me: String) -> String {
+        #"touch "\#(barrier.path)/\#(me)" && until [ -e "\#(barrier.path)/go" ]; do sleep 0.01; done"#
+    }
+    let (scriptA, scriptB) = scripts(wait("A"), wait("B"))
+    async let onA = a.sh(scriptA)
+    async let onB = b.sh(scriptB)
+    try await eventually("both devices at the barrier") {
+        FileManager.default.fileExists(atPath: barrier.path + "/A") && FileManager.default.fileExists(atPath: barrier.path + "/B")
+    }
+    FileManager.default.createFile(atPath: barrier.path + "/go", contents: nil)
+    let (ra, rb) = try await (onA, onB)
+    #expect(ra.status == 0, "A: \(ra.stderr)")
+    #expect(rb.status == 0, "B: \(rb.stderr)")
 }

@@ -85,12 +85,9 @@ struct PlaceholderTests {
     func openWhileDownloadingConnected() async throws {
         let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
         defer { h.close() }
-        let content = pattern(500_000, seed: 6)
+        let content = Self.bigContent
         try await h.running {
-            try h.remote.otherDevice.createFile("big.bin", content: content)
-            try h.remote.otherDevice.createFile("other.bin", content: pattern(9_000, seed: 7))
-            let ino = try await h.appeared("/big.bin")
-            let other = try await h.appeared("/other.bin")
+            let (ino, other) = try await Self.twoPlaceholders(h)
             try await eventually("the engine to be connected") { h.engine.isConnected }
             let gate = h.remote.holdDownloads(afterBytes: 0)
             let answer = Answer()
@@ -127,12 +124,9 @@ struct PlaceholderTests {
     func openWhileDownloadingDisconnected() async throws {
         let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
         defer { h.close() }
-        let content = pattern(500_000, seed: 6)
+        let content = Self.bigContent
         try await h.running {
-            try h.remote.otherDevice.createFile("big.bin", content: content)
-            try h.remote.otherDevice.createFile("other.bin", content: pattern(9_000, seed: 7))
-            let ino = try await h.appeared("/big.bin")
-            let other = try await h.appeared("/other.bin")
+            let (ino, other) = try await Self.twoPlaceholders(h)
             // The push stream ends and cannot come back: the engine is not connected, while
             // downloads still work.
             try await eventually("the push stream to open") { h.remote.openStreamCount == 1 && h.engine.isConnected }
@@ -160,6 +154,15 @@ struct PlaceholderTests {
             h.remote.isOnline = true
             reconnect.open()
         }
+    }
+
+    static let bigContent = pattern(500_000, seed: 6)
+
+    /// Another device makes big.bin (`bigContent`) and other.bin; both appear here as placeholders.
+    static func twoPlaceholders(_ h: Harness) async throws -> (big: Int64, other: Int64) {
+        try h.remote.otherDevice.createFile("big.bin", content: bigContent)
+        try h.remote.otherDevice.createFile("other.bin", content: pattern(9_000, seed: 7))
+        return (try await h.appeared("/big.bin"), try await h.appeared("/other.bin"))
     }
 
     static func bytes(of result: FileSystem.ReadResult) throws -> [UInt8] {
