@@ -130,7 +130,7 @@ let package = Package(
         .testTarget(
             name: "SyncServerTests",
             dependencies: [
-                "TestSupport", "SyncAPI", "ItemModel",
+                "TestSupport", "SyncAPI", "ItemModel", "SyncServer",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]

@@ -7,6 +7,8 @@ import SyncAPI
 /// nothing about the API shape leaks to an unauthenticated caller.
 struct AuthMiddleware: RouterMiddleware {
     let accounts: any AccountStore
+    /// Token hash to account (see `RecentAnswers` for why and for how long).
+    let recent: RecentAnswers<String, AccountRef>
 
     func handle(_ request: Request, context: ServerContext, next: (Request, ServerContext) async throws -> Response) async throws -> Response {
         let path = request.uri.path
@@ -17,7 +19,8 @@ struct AuthMiddleware: RouterMiddleware {
             throw APIError(.unauthorized, "a bearer token is required (POST \(APIPath.token))")
         }
         let token = String(header.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)
-        guard !token.isEmpty, let account = try await accounts.account(tokenHash: Credentials.hashToken(token)) else {
+        let hash = Credentials.hashToken(token)
+        guard !token.isEmpty, let account = try await recent.value(for: hash, lookUp: { try await accounts.account(tokenHash: hash) }) else {
             throw APIError(.unauthorized, "the bearer token is not valid")
         }
         var context = context

@@ -19,7 +19,13 @@ public struct SyncServerConfiguration: Sendable {
     /// 4 MiB: a batch's JSON, with up to `SyncProtocol.maxBatchContent` of base64 content.
     public var maxBatchBytes: Int
 
-    public init(maxUploadBytes: Int64 = 64 << 30, maxJSONBytes: Int = 1 << 20, maxBatchBytes: Int = 4 << 20, keepAliveInterval: Duration = .seconds(15)) {
+    /// How long a checked token (and an account's right to a content) is remembered, so that
+    /// it costs no database read; also how long a removed account's tokens may still work.
+    public var recentAnswers: Duration
+
+    public init(maxUploadBytes: Int64 = 64 << 30, maxJSONBytes: Int = 1 << 20, maxBatchBytes: Int = 4 << 20, keepAliveInterval: Duration = .seconds(15),
+                recentAnswers: Duration = .seconds(10)) {
+        self.recentAnswers = recentAnswers
         self.maxBatchBytes = maxBatchBytes
         self.maxUploadBytes = maxUploadBytes
         self.maxJSONBytes = maxJSONBytes
@@ -33,17 +39,35 @@ public struct SyncServer: Sendable {
     public let storage: ServerStorage
     public let configuration: SyncServerConfiguration
     public let hub: ChangeHub
+    let tokens: RecentAnswers<String, AccountRef>
+    /// (account key, digest) to the content's size: a grant is never taken back, but its
+    /// account can be removed, which the token check notices within the same lifetime.
+    let grants: RecentAnswers<GrantKey, Int64>
+
+    struct GrantKey: Hashable, Sendable {
+        let account: Int64
+        let digest: ContentDigest
+    }
 
     public init(storage: ServerStorage, configuration: SyncServerConfiguration = .init(), hub: ChangeHub = ChangeHub()) {
         self.storage = storage
         self.configuration = configuration
         self.hub = hub
+        tokens = RecentAnswers(lifetime: configuration.recentAnswers)
+        grants = RecentAnswers(lifetime: configuration.recentAnswers)
+    }
+
+    /// The size of `digest`'s content when `account` may use it.
+    func grantedSize(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64? {
+        try await grants.value(for: GrantKey(account: account.key, digest: digest)) {
+            try await storage.metadata.blobSize(digest, for: account)
+        }
     }
 
     public func makeRouter() -> Router<ServerContext> {
         let router = Router(context: ServerContext.self)
         router.add(middleware: ErrorMiddleware())
-        router.add(middleware: AuthMiddleware(accounts: storage.accounts))
+        router.add(middleware: AuthMiddleware(accounts: storage.accounts, recent: tokens))
 
         router.get(RouterPath(APIPath.health)) { _, _ in try json(HealthResponse()) }
         router.post(RouterPath(APIPath.token)) { request, context in try await issueToken(request, context) }
@@ -145,7 +169,7 @@ public struct SyncServer: Sendable {
         router.head("/v1/blobs/:digest") { _, context in
             let account = try context.requireAccount()
             let digest = try blobDigest(context)
-            guard let size = try await storage.metadata.blobSize(digest, for: account) else {
+            guard let size = try await grantedSize(digest, for: account) else {
                 throw APIError(.blobNotFound, "no content with digest \(digest)")
             }
             return Response(status: .ok, headers: [.contentLength: String(size)])
@@ -153,7 +177,7 @@ public struct SyncServer: Sendable {
         router.get("/v1/blobs/:digest") { request, context in
             let account = try context.requireAccount()
             let digest = try blobDigest(context)
-            guard try await storage.metadata.blobSize(digest, for: account) != nil else {
+            guard try await grantedSize(digest, for: account) != nil else {
                 throw APIError(.blobNotFound, "no content with digest \(digest)")
             }
             return try await serveBlob(digest, request: request)

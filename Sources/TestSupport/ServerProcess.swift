@@ -57,10 +57,17 @@ public final class ServerProcess: @unchecked Sendable {
 
     /// Creates an account through the real CLI (`ubiq-server account add --password-stdin`).
     public func addAccount(_ name: String, password: String) async throws {
-        let result = try await run(
-            Binaries.path("ubiq-server"), ["account", "add", name, "--password-stdin", "--data", dataDirectory],
-            stdin: password + "\n")
-        guard result.status == 0 else { throw TestSupportError("account add failed: \(result.stderr)") }
+        try await account(["add", name, "--password-stdin"], stdin: password + "\n")
+    }
+
+    /// Removes an account through the real CLI, beside the running server, as an operator would.
+    public func removeAccount(_ name: String) async throws {
+        try await account(["remove", name])
+    }
+
+    func account(_ arguments: [String], stdin: String? = nil) async throws {
+        let result = try await run(Binaries.path("ubiq-server"), ["account"] + arguments + ["--data", dataDirectory], stdin: stdin)
+        guard result.status == 0 else { throw TestSupportError("account \(arguments[0]) failed: \(result.stderr)") }
     }
 
     /// `kill -9`: no shutdown code runs.

@@ -88,10 +88,14 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
+    @Option(name: .long, help: "Seconds a checked token is remembered without a database read; a removed account's tokens work that long. 0: check every request.")
+    var authCacheSeconds: Int = 10
+
     func validate() throws {
         _ = try ListenAddress(listen)
         guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
+        guard (0...3600).contains(authCacheSeconds) else { throw ValidationError("--auth-cache-seconds must be 0 to 3600") }
     }
 
     func run() async throws {
@@ -99,7 +103,7 @@ struct Serve: AsyncParsableCommand {
         var logger = Logger(label: "ubiq.server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         let storage = try data.openStorage()
-        let server = SyncServer(storage: storage, configuration: .init(maxUploadBytes: maxUploadBytes))
+        let server = SyncServer(storage: storage, configuration: .init(maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds)))
         let app = server.makeApplication(host: address.host, port: address.port, logger: logger) { port in
             // Tests and scripts wait for this line (and read the port from it when listening on 0).
             print("ubiq-server listening on \(address.host):\(port)")
