@@ -11,19 +11,33 @@ func c_copy_file_range(_ inFD: Int32, _ inOffset: UnsafeMutablePointer<Int64>?, 
 /// sparse while a download fills it. Plain POSIX calls: these run on FUSE threads at disk speed.
 public struct ContentCache: Sendable {
     public let directory: String
+    /// The folder, held open: a cache file is then found by its name alone. By its full path
+    /// every folder above it was looked up again, and with the page cache dropped each lookup
+    /// read the disk, on the way of a placeholder's open.
+    let folder: Folder
+
+    final class Folder: Sendable {
+        let fd: Int32
+        init(_ path: String) throws {
+            fd = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { throw EngineError.io("cannot open the cache folder \(path)", errno) }
+        }
+        deinit { close(fd) }
+    }
 
     public init(directory: String) throws {
         self.directory = directory
         if mkdir(directory, 0o700) != 0 && errno != EEXIST {
             throw EngineError.io("cannot create the cache folder \(directory)", errno)
         }
+        folder = try Folder(directory)
     }
 
     public func path(_ ino: Int64) -> String { "\(directory)/\(ino)" }
 
     /// Opens (creating when missing) the cache file for reading and writing.
     public func open(_ ino: Int64, truncate: Bool = false) throws -> Int32 {
-        let fd = Glibc.open(path(ino), O_RDWR | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0o600)
+        let fd = openat(folder.fd, String(ino), O_RDWR | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0o600)
         guard fd >= 0 else { throw EngineError.io("cannot open the cache file of \(ino)", errno) }
         return fd
     }
@@ -44,7 +58,7 @@ public struct ContentCache: Sendable {
     /// copy, no round trip through user space) and returns its path.
     public func snapshot(_ ino: Int64) throws -> String {
         let target = "\(directory)/.snapshot-\(ino)-\(UInt32.random(in: 0...UInt32.max))"
-        let src = Glibc.open(path(ino), O_RDONLY | O_CLOEXEC)
+        let src = openat(folder.fd, String(ino), O_RDONLY | O_CLOEXEC)
         guard src >= 0 else { throw EngineError.io("cannot read the cache file of \(ino)", errno) }
         defer { close(src) }
         let dst = Glibc.open(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
@@ -93,17 +107,21 @@ public struct ContentCache: Sendable {
     }
 
     public func remove(_ ino: Int64) {
-        unlink(path(ino))
+        unlinkat(folder.fd, String(ino), 0)
     }
 
     /// Bytes the file really occupies on disk.
     public func allocatedBytes(_ ino: Int64) -> Int64 {
-        var st = stat()
-        guard stat(path(ino), &st) == 0 else { return 0 }
+        guard let st = status(ino) else { return 0 }
         return Int64(st.st_blocks) * 512
     }
 
-    public func exists(_ ino: Int64) -> Bool { access(path(ino), F_OK) == 0 }
+    public func exists(_ ino: Int64) -> Bool { faccessat(folder.fd, String(ino), F_OK, 0) == 0 }
+
+    func status(_ ino: Int64) -> stat? {
+        var st = stat()
+        return fstatat(folder.fd, String(ino), &st, 0) == 0 ? st : nil
+    }
 
     /// SHA-256 and length of what `fd` holds from offset 0: up to its end, or up to `limit`
     /// bytes. The one hashing loop for uploads (a snapshot) and downloads (the check).
@@ -130,7 +148,7 @@ public struct ContentCache: Sendable {
     /// The whole content when it is at most `limit` bytes, read in one go; nil when larger.
     /// Such a copy in memory is a snapshot as good as `snapshot`'s file, without the file.
     public func readWhole(_ ino: Int64, limit: Int) throws -> [UInt8]? {
-        let fd = Glibc.open(path(ino), O_RDONLY | O_CLOEXEC)
+        let fd = openat(folder.fd, String(ino), O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw EngineError.io("cannot read the cache file of \(ino)", errno) }
         defer { close(fd) }
         var st = stat()
@@ -152,9 +170,7 @@ public struct ContentCache: Sendable {
     }
 
     public func size(_ ino: Int64) -> Int64? {
-        var st = stat()
-        guard stat(path(ino), &st) == 0 else { return nil }
-        return Int64(st.st_size)
+        status(ino).map { Int64($0.st_size) }
     }
 }
 

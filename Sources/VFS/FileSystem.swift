@@ -306,7 +306,9 @@ public final class FileSystem: Sendable {
         let truncate = writable && (flags & O_TRUNC) != 0
         let fd: Int32
         do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
-        let excluded = (try? store.read { try $0.isExcluded(ino) }) ?? false
+        // Only a writer's close queues an upload, which an excluded item must not: a reader's
+        // open (most opens, and every placeholder's first) skips this database read.
+        let excluded = writable ? ((try? store.read { try $0.isExcluded(ino) }) ?? false) : false
         let local = item.content.isWhole
         let handle = register(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded,
                                      digest: local ? nil : item.serverDigest, knownLocal: local))
