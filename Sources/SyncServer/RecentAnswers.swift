@@ -7,7 +7,7 @@ import Synchronization
 /// small ranged GET (1.15 against 0.95 ms measured, and 2.3 against 2.1 ms with the page cache
 /// dropped). Only answers that can be wrong for at most `lifetime` are kept: a token's account
 /// goes away when `ubiq-server account remove` runs in another process, so a removed account's
-/// tokens are refused within `lifetime` (SYNC_PROTOCOL, "Tokens"). Failed lookups are not kept:
+/// tokens are refused within `lifetime` (SYNC_PROTOCOL, "Logging in"). Failed lookups are not kept:
 /// a token or a grant can appear at any moment.
 final class RecentAnswers<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let lifetime: Duration
