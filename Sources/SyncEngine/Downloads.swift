@@ -71,14 +71,28 @@ public final class Downloads: Sendable {
         state.withLock { s in s.active[ino].map { ($0.ranges.total, $0.size) } }
     }
 
-    /// The size of the file when a running download of `digest` has landed the bytes of
-    /// `count` from `offset` (clamped to the file), or nil: readers behind the download front
-    /// are answered without waiting and without the database.
-    public func landedSize(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int) -> Int64? {
+    /// Where a read stands against the running download of one version.
+    public enum ReadPosition: Sendable, Equatable {
+        /// No download of that version runs.
+        case notRunning
+        /// Its bytes have landed: the file's size.
+        case landed(size: Int64)
+        /// Ahead of the download's front: its bytes are still to come.
+        case ahead
+
+        public var landedSize: Int64? {
+            if case .landed(let size) = self { size } else { nil }
+        }
+    }
+
+    /// Where the bytes of `count` from `offset` (clamped to the file) stand in a running
+    /// download of `digest`, in one look at the table: readers behind the download's front are
+    /// answered without waiting and without the database, and those ahead of it wait for it.
+    public func position(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int) -> ReadPosition {
         state.withLock { s in
-            guard let a = s.active[ino], a.digest == digest else { return nil }
+            guard let a = s.active[ino], a.digest == digest else { return .notRunning }
             let range = offset..<(offset + Int64(count))
-            return a.ranges.contains(range.clamped(to: 0..<a.size)) ? a.size : nil
+            return a.ranges.contains(range.clamped(to: 0..<a.size)) ? .landed(size: a.size) : .ahead
         }
     }
 

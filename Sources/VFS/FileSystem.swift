@@ -754,11 +754,12 @@ public final class FileSystem: Sendable {
             return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: Int64(st.st_size))
         }
         if let digest = h.digest {
-            if let fileSize = engine.downloads.landedSize(h.ino, digest: digest, from: offset, count: size) {
-                return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: fileSize)
-            }
+            switch engine.downloads.position(h.ino, digest: digest, from: offset, count: size) {
+            case .landed(let fileSize): return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: fileSize)
             // Ahead of this version's running download: the caller waits for it.
-            if engine.downloads.activeDigest(h.ino) == digest { return nil }
+            case .ahead: return nil
+            case .notRunning: break
+            }
         }
         let item = try item(h.ino)
         let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
@@ -767,7 +768,7 @@ public final class FileSystem: Sendable {
         let local = item.content.isWhole || (item.content == .stale && engine.downloads.progress(h.ino) == nil)
         // Behind the front of a running download of the current version: the bytes are here.
         let landed = !local && item.serverDigest.flatMap {
-            engine.downloads.landedSize(h.ino, digest: $0, from: offset, count: count)
+            engine.downloads.position(h.ino, digest: $0, from: offset, count: count).landedSize
         } != nil
         guard local || landed else { return nil }
         if local && item.content != .stale { handles.withLock { $0.open[handle]?.knownLocal = true } }
