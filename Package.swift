@@ -26,7 +26,7 @@ let package = Package(
         .executableTarget(
             name: "ubiq",
             dependencies: [
-                "MountDaemon", "SyncClient", "SyncAPI", "ItemModel",
+                "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),

@@ -4,6 +4,7 @@
 //   enum MountRecovery
 //     static func clearDeadMount(at:probeTimeout:) throws(FuseError) -> Finding
 //     enum Finding   .notMounted, .clearedDeadMount, .liveMount, .unresponsive
+//     static func mountTable() -> [(mountpoint, type)]   /proc/self/mountinfo, unescaped
 //
 // Why: after a crash (kill -9) the mount stays, and every access returns ENOTCONN until
 // someone runs `fusermount3 -u`; mounting again on top would hide the dead mount but leave it
@@ -85,7 +86,8 @@ public enum MountRecovery {
 
     /// Every mount of this process's namespace, in mount order, from /proc/self/mountinfo
     /// (reading it needs no access to the mounts themselves, so a dead or hung one is fine).
-    static func mountTable() -> [(mountpoint: String, type: String)] {
+    /// Read as bytes: one mount point elsewhere whose name is not UTF-8 must not hide the rest.
+    public static func mountTable() -> [(mountpoint: String, type: String)] {
         guard let file = fopen("/proc/self/mountinfo", "r") else { return [] }
         defer { fclose(file) }
         var line: UnsafeMutablePointer<CChar>?

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Crypto
 import Foundation
+import FuseKit
 import ItemModel
 import Logging
 import MountDaemon
@@ -152,44 +153,18 @@ enum Spawn {
     }
 }
 
-/// /proc/self/mountinfo, for finding ubiq mounts.
+/// The ubiq mounts of this namespace (FuseKit reads /proc/self/mountinfo).
 enum MountTable {
-    struct Entry {
-        var mountpoint: String
-        var fsType: String
-    }
-
-    static func entries() -> [Entry] {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
-        return text.split(separator: "\n").compactMap { line in
-            let parts = line.split(separator: " ")
-            guard let dash = parts.firstIndex(of: "-"), parts.count > dash + 1, parts.count > 4 else { return nil }
-            return Entry(mountpoint: unescape(String(parts[4])), fsType: String(parts[dash + 1]))
-        }
-    }
-
-    static func unescape(_ s: String) -> String {
-        var out = ""
-        var i = s.startIndex
-        while i < s.endIndex {
-            if s[i] == "\\", let end = s.index(i, offsetBy: 4, limitedBy: s.endIndex), let code = UInt8(s[s.index(after: i)..<end], radix: 8) {
-                out.unicodeScalars.append(UnicodeScalar(code))
-                i = end
-            } else {
-                out.append(s[i])
-                i = s.index(after: i)
-            }
-        }
-        return out
+    static func ubiqMountpoints() -> [String] {
+        MountRecovery.mountTable().filter { $0.type == "fuse.ubiq" }.map(\.mountpoint)
     }
 
     static func isUbiqMount(_ path: String) -> Bool {
-        entries().contains { $0.mountpoint == path && $0.fsType == "fuse.ubiq" }
+        ubiqMountpoints().contains(path)
     }
 
     /// The ubiq mount that contains `path` (the longest matching mountpoint).
     static func mount(containing path: String) -> String? {
-        entries().filter { $0.fsType == "fuse.ubiq" && (path == $0.mountpoint || path.hasPrefix($0.mountpoint == "/" ? "/" : $0.mountpoint + "/")) }
-            .max { $0.mountpoint.count < $1.mountpoint.count }?.mountpoint
+        ubiqMountpoints().filter { path == $0 || path.hasPrefix($0 == "/" ? "/" : $0 + "/") }.max { $0.count < $1.count }
     }
 }
