@@ -383,8 +383,11 @@ public struct LocalWriter {
         try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq = ?").execute(arguments: [seq])
     }
 
+    /// Drops what is queued about the item `ino`, except deletions: a deletion is always of a
+    /// server item the row no longer stands for (the row itself is gone, or a safe save gave it
+    /// another identity), and it must still go, whatever happens to the row later.
     public func dropOps(for ino: Int64) throws {
-        try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ?").execute(arguments: [ino])
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ? AND op != 'delete'").execute(arguments: [ino])
     }
 
     /// Marks an op as being sent: from now on a new change of the same kind gets its own op

@@ -365,7 +365,9 @@ extension SyncEngine {
             return item.revision == nil ? try followUpCreate(item, result, w) : false
         }
         guard now.itemID == result.id else {
-            if try !w.reader.hasPendingDelete(of: result.id) {
+            if try w.reader.hasPendingDelete(of: result.id) {
+                try w.updatePendingDelete(of: result.id, revision: result.revision)
+            } else {
                 try w.enqueue(.delete, ino: item.ino, itemID: result.id, revision: result.revision)
             }
             try w.enqueue(.content, ino: item.ino)

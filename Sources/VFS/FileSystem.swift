@@ -627,6 +627,13 @@ public final class FileSystem: Sendable {
                     // An editor's safe save (write a temp file, rename it over): the new content
                     // becomes the next version of the same item, with the target's base
                     // revision, so the server checks it like any edit.
+                    if try r.hasStartedCreate(source.ino) {
+                        // The temp file's own create may be on its way: the item it makes is
+                        // nobody's from now on. Its deletion is queued at once, so that until it
+                        // is gone the change feed keeps it away from this device, and a later
+                        // save refused because it still holds the temp name sends it first.
+                        try w.enqueue(.delete, ino: source.ino, itemID: source.itemID, revision: nil)
+                    }
                     try w.dropOps(for: target.ino)
                     try w.delete(target.ino)
                     source.itemID = target.itemID

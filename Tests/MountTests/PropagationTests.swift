@@ -135,6 +135,42 @@ import Testing
         }
     }
 
+    /// Editors, `sed -i`, git and package managers save by writing a temp file and renaming it
+    /// over the file, many times a second, so a rename often comes while the temp file's own
+    /// create is on its way to the server. Every step must succeed, and both devices and the
+    /// server must end with the one file and its last content: no temp file left anywhere,
+    /// no conflicted copy of a device's own save, and no temp file showing again after its rename.
+    @Test func quickSafeSavesLeaveOneFileEverywhere() async throws {
+        try await withDevices(["A", "B"]) { server, devices in
+            let (a, b) = (devices[0], devices[1])
+            try await a.must(#"mkdir "$M/s" && seq 1 50 > "$M/s/conf""#)
+            try await a.waitUntilUploaded()
+            // Spaced 0 to 20 ms, so that renames fall before, during and after the create's round trip.
+            let saves = try await a.sh(#"""
+                cd "$M/s" || exit 9
+                for i in $(seq 1 40); do
+                    echo "v$i" > conf.tmp || exit 1
+                    mv conf.tmp conf || exit 2
+                    test -e conf.tmp && exit 3
+                    sleep 0.0$((i % 3))
+                done
+                for i in $(seq 1 15); do sed -i "s/^/w$i/" conf || exit 4; done
+                """#, timeout: .seconds(120))
+            #expect(saves.status == 0, "exit \(saves.status): \(saves.stderr)")
+            try await a.waitUntilUploaded()
+            let last = try await a.must(#"cat "$M/s/conf""#)
+            #expect(last.hasPrefix("w15w14"), "\(last)")
+            #expect(try await a.must(#"ls -A "$M/s""#) == "conf\n")
+            var seen = ""
+            try await b.expectEventually("B shows conf alone, with A's last content (last seen: \(seen))", devices: [a, b]) {
+                seen = try await b.sh(#"ls -A "$M/s"; cat "$M/s/conf""#).stdout
+                return seen == "conf\n" + last
+            }
+            #expect(try await serverTree(server).keys.filter { $0.hasPrefix("s/") } == ["s/conf"])
+            #expect(try await a.xattr("s/conf", "user.ubiq.hasUnresolvedConflicts") == "0")
+        }
+    }
+
     @Test func filesCreatedThroughTheMountBelongToTheCaller() async throws {
         try await withDevices(["A"], mountArguments: ["--allow-other"]) { _, devices in
             let a = devices[0]

@@ -171,6 +171,38 @@ struct InFlightTests {
         }
     }
 
+    /// Regression: `sed -i`, git and `mv f.tmp f` loops made conflicted copies of a device's
+    /// own saves, left temp files on the server and showed a renamed temp file again. The temp
+    /// file's create, on its way at the rename, made a server item nobody stood for; its
+    /// deletion was queued only once the create was answered, so the next temp file's create
+    /// (queued before it) met that item under the temp name, and its echo showed it here.
+    @Test(
+        "safe saves in a row while the first temp file's create is in flight: that create's item is deleted first, no conflicted copy"
+    )
+    func safeSavesInARowDuringTempCreate() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let v3 = Array("third".utf8)
+        try h.writeNewFile("doc.txt", Array("first".utf8))
+        try await h.running {
+            try await settled(h)
+            let gate = h.remote.hold(.createItem)
+            let temp = try h.writeNewFile("doc.txt.tmp", Array("second".utf8))
+            let tempID = try #require(try h.local(temp)).itemID
+            try await eventually("the temp file's create to be in flight") { gate.arrivals == 1 }
+            try h.fs.rename(parent: rootIno, name: n("doc.txt.tmp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
+            #expect(try h.outbox().contains { $0.op == .delete && $0.itemID == tempID }, "the deletion of the temp file's server item waits in the outbox")
+            try h.writeNewFile("doc.txt.tmp", v3)
+            gate.open()
+            try await settled(h)
+            try h.fs.rename(parent: rootIno, name: n("doc.txt.tmp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
+            try await settled(h)
+            #expect(h.remote.tree() == ["/doc.txt": .init(kind: .file, digest: sha(v3))])
+            #expect(try h.children() == ["doc.txt"])
+            #expect(!h.observer.events.contains { $0.kind == "conflict" }, "\(h.observer.events.map { "\($0.kind) \($0.detail ?? "")" })")
+        }
+    }
+
     /// Regression: the saved file took the revision the replaced file had when it was renamed
     /// over it, while that file's own edit was still on its way. The edit's answer (the next
     /// revision) went to a deleted row, so the save went up from the older revision and the
