@@ -19,6 +19,10 @@ public enum FSError: Error, Sendable, Equatable {
     case noAttribute
     case attributeTooLarge
     case badHandle
+    /// The kernel's name led to an item that is gone (a remote change arrived between its
+    /// lookup and this request): ESTALE makes the kernel walk the path again, once, and open
+    /// or create what is there now.
+    case stale
     case noSpace
     /// Content could not be fetched or stored; the item's error attribute says why.
     case io
@@ -45,6 +49,7 @@ public enum FSError: Error, Sendable, Equatable {
         case .noAttribute: ENODATA
         case .attributeTooLarge: E2BIG
         case .badHandle: EBADF
+        case .stale: ESTALE
         case .noSpace: ENOSPC
         case .io: EIO
         }

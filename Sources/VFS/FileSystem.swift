@@ -68,6 +68,11 @@ public final class FileSystem: Sendable {
 
     // MARK: Lookup and attributes
 
+    /// The item an open names by inode. Gone means the kernel's cached name is out of date.
+    func openable(_ ino: Int64) throws(FSError) -> LocalItem {
+        do { return try item(ino) } catch .notFound { throw .stale }
+    }
+
     func item(_ ino: Int64) throws(FSError) -> LocalItem {
         do {
             if let item = try store.read({ try $0.item(ino) }) { return item }
@@ -186,7 +191,13 @@ public final class FileSystem: Sendable {
         let made = try commit { w in
             guard let p = try w.reader.item(parent) else { throw FSError.notFound }
             guard p.kind == .folder else { throw FSError.notADirectory }
-            if try w.reader.child(of: parent, named: n.rawValue) != nil { throw FSError.exists }
+            if try w.reader.child(of: parent, named: n.rawValue) != nil {
+                // The kernel creates only a name it holds as missing, so this one came from
+                // another device a moment ago (its invalidation still on its way). Without
+                // O_EXCL, open(2) opens what is there: ESTALE makes the kernel look the name up
+                // again and open the file itself, with its own permission checks.
+                throw flags & O_EXCL != 0 ? FSError.exists : FSError.stale
+            }
             let item = try w.insert(LocalItem(
                 itemID: .random(), parent: parent, name: n.rawValue, kind: .file, size: 0, mode: mode & 0o7777,
                 uid: uid, gid: gid, created: now, modified: now, changed: now, content: .dirty, pinned: p.pinned))
@@ -203,7 +214,7 @@ public final class FileSystem: Sendable {
     }
 
     public func open(_ ino: Int64, flags: Int32) async throws(FSError) -> Opened {
-        let item = try item(ino)
+        let item = try openable(ino)
         guard item.kind == .file else { throw .isADirectory }
         let waited = Self.needsContent(item, flags: flags, isOpen: engine.isOpen(ino))
         if waited {
@@ -227,7 +238,7 @@ public final class FileSystem: Sendable {
     /// truncating open); nil when it does (then the caller uses `open`, in a task). Most opens
     /// take this path and never leave the FUSE thread.
     public func openIfLocal(_ ino: Int64, flags: Int32) throws(FSError) -> Opened? {
-        let item = try item(ino)
+        let item = try openable(ino)
         guard item.kind == .file else { throw .isADirectory }
         if Self.needsContent(item, flags: flags, isOpen: engine.isOpen(ino)) { return nil }
         return try finishOpen(item, flags: flags, wasLocal: item.content.isWhole)
@@ -246,7 +257,7 @@ public final class FileSystem: Sendable {
     /// replaced the download): the handle is gone then, and `open` says why or tries again.
     /// False: not such an open; the caller uses `open`.
     public func openWhileDownloading(_ ino: Int64, flags: Int32, answer: @escaping @Sendable (Opened?) -> Void) throws(FSError) -> Bool {
-        let item = try item(ino)
+        let item = try openable(ino)
         guard item.kind == .file, !Self.isWritable(flags), item.content == .placeholder || item.content == .partial,
               item.serverDigest != nil, item.size > 0
         else { return false }

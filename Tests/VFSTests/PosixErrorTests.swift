@@ -47,6 +47,23 @@ struct PosixErrorTests {
         #expect(try await state(h) == before)
     }
 
+    /// The kernel's cached name may be older than a change another device made: a create of a
+    /// name it held as missing, an open of an item since removed. ESTALE makes the kernel look
+    /// the name up again and retry once (do_filp_open), so the caller meets what is there now.
+    @Test("a create without O_EXCL of a name that exists, and an open of an item that is gone, are ESTALE", arguments: StoreSetup.allCases)
+    func staleKernelNames(_ setup: StoreSetup) async throws {
+        let h = try setUp(setup)
+        defer { h.close() }
+        let gone = try h.requireIno("/b.txt")
+        try h.fs.unlink(parent: rootIno, name: n("b.txt"))
+        let before = try await state(h)
+        #expect(errnoOf { try h.fs.createFile(parent: rootIno, name: n("a.txt"), mode: 0o644, flags: O_CREAT | O_TRUNC | O_WRONLY, uid: 0, gid: 0) } == ESTALE)
+        #expect(errnoOf { try h.fs.openIfLocal(gone, flags: O_RDONLY) } == ESTALE)
+        #expect(await errnoOf { try await h.fs.open(gone, flags: O_WRONLY | O_CREAT) } == ESTALE)
+        #expect(try await state(h) == before)
+        #expect(try await h.read(try h.requireIno("/a.txt")) == Array("alpha".utf8))
+    }
+
     @Test("rmdir of a non-empty folder is ENOTEMPTY, of a file ENOTDIR, of nothing ENOENT", arguments: StoreSetup.allCases)
     func rmdirErrors(_ setup: StoreSetup) async throws {
         let h = try setUp(setup)
