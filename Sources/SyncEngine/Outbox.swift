@@ -253,8 +253,17 @@ extension SyncEngine {
                 }
                 return try adoptMetadata(item.ino, result, sentFrom: base)
             } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
+                let current = current!
+                // A file whose own edit is not on the server yet, while the server's content
+                // moved on from that edit's base: a conflict of content. Rebasing would make the
+                // server's revision the edit's base too, and the edit would then go up over the
+                // other device's version. The rename or chmod waits with the edit.
+                let now = try store.read { try $0.item(item.ino) }
+                if let now, now.kind == .file, now.content == .dirty, current.digest != now.serverDigest {
+                    return Self.contentConflict(current)
+                }
                 // Metadata changes apply on top of whatever changed meanwhile: rebase and resend.
-                try rebase(item.ino, on: current!)
+                try rebase(item.ino, on: current)
                 return .again
             } catch let RemoteError.refused(code, _, current) where code == .nameExists {
                 return try await nameTaken(by: current, for: item.ino)
@@ -332,7 +341,7 @@ extension SyncEngine {
             }
             // The content changed on the server too: never overwrite it. Until conflict
             // versions exist, the upload waits here with the reason in uploadingError.
-            return .later("conflict: the server has a newer version (revision \(current.revision)); this device's edit is kept and not uploaded", after: .seconds(30), offline: false)
+            return Self.contentConflict(current)
         } catch let RemoteError.refused(code, _, current) where code == .nameExists {
             return try await nameTaken(by: current, for: item.ino)
         } catch let RemoteError.refused(code, _, _) where code == .itemNotFound || code == .itemIDTaken {
@@ -383,6 +392,12 @@ extension SyncEngine {
         now.cachedBytes = max(now.cachedBytes, size)
         try w.update(now)
         return item.revision == nil ? try followUpCreate(item, result, w) : false
+    }
+
+    /// Two devices edited the same base and the server has the other one's: this device's
+    /// change waits, retried every 30 s, with the reason in uploadingError.
+    static func contentConflict(_ current: ItemMetadata) -> Outcome {
+        .later("conflict: the server has a newer version (revision \(current.revision)); this device's edit is kept and not uploaded", after: .seconds(30), offline: false)
     }
 
     func sendDelete(_ entry: OutboxEntry) async throws -> Outcome {

@@ -151,6 +151,45 @@ struct ConflictTests {
         }
     }
 
+    /// Regression: a chmod, touch or rename of the file after the refusal was itself refused,
+    /// rebased onto the server's revision, and the edit, which waits with that revision as its
+    /// base, then went up over the other device's version, with no conflict shown.
+    @Test("a conflicted edit, then a chmod, a touch and a rename here: the edit still never overwrites the other device's version")
+    func metadataChangeOfAConflictedEdit() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let theirs = Array("the other device's edit".utf8)
+        let mine = Array("this device's edit".utf8)
+        let ino = try h.writeNewFile("shared.txt", Array("base".utf8))
+        try await h.running {
+            try await h.settled()
+            let id = try #require(h.remote.item(atPath: "/shared.txt")).id
+            h.remote.isOnline = false
+            try h.remote.otherDevice.updateContent(id, to: theirs)
+            try await h.overwrite(ino, mine)
+            h.remote.isOnline = true
+            try await eventually("the refusal to be recorded") { try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1" }
+
+            let moves = h.remote.calls(.updateItem)
+            _ = try await h.fs.setAttributes(ino, .init(mode: 0o600, mtime: 1_000_000_000), handle: nil)
+            try h.fs.rename(parent: rootIno, name: n("shared.txt"), newParent: rootIno, newName: n("renamed.txt"), noReplace: false, exchange: false)
+            try await eventually("the chmod and the rename to be tried") { h.remote.calls(.updateItem) >= moves + 2 }
+            // Every retry due now, twice: what waits must wait again, not go up.
+            for _ in 0..<2 where try !h.outbox().isEmpty {
+                let contentTries = h.remote.calls(.updateContent)
+                try h.store.write { w in for e in try w.reader.outbox(limit: 100) { try w.deferOp(e.seq, error: e.lastError ?? "", until: 0) } }
+                h.engine.outboxChanged()
+                try await eventually("the edit to be tried again") { h.remote.calls(.updateContent) > contentTries }
+                try await eventually("the outbox to be at rest") { try h.outbox().allSatisfy { $0.notBefore > 0 } }
+            }
+            #expect(h.remote.content(of: id) == theirs, "the other device's version was overwritten")
+            #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1")
+            let waiting = try h.pending(ino)
+            #expect(Set(waiting).isSuperset(of: [.content, .attributes, .move]), "\(waiting)")
+            #expect(try await h.read(ino) == mine, "the local edit is kept")
+        }
+    }
+
     @Test(
         "a remote edit that arrives while the file is open for writing is not overwritten by the upload at close"
     )
