@@ -58,10 +58,12 @@ extension SyncHTTPClient: RemoteStore {}
 
 public enum MountDaemonError: Error, CustomStringConvertible {
     case alreadyMounted(String)
+    case cacheInUse(String)
     case setup(String)
     public var description: String {
         switch self {
         case .alreadyMounted(let p): "\(p) is already mounted (run `ubiq unmount \(p)` first)"
+        case .cacheInUse(let c): "another ubiq daemon still uses the cache folder \(c) (it is finishing an unmount, or serves another mount)"
         case .setup(let why): why
         }
     }
@@ -77,6 +79,10 @@ public enum MountDaemon {
         for dir in [configuration.cacheDirectory, configuration.accountDirectory] {
             try fm.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
+        // One daemon per cache folder: two would send the same outbox twice. A daemon that is
+        // still finishing an unmount holds it for a moment; the lock goes with its process.
+        let cacheLock = try await lockCacheFolder(configuration.cacheDirectory)
+        defer { close(cacheLock) }
         switch try MountRecovery.clearDeadMount(at: configuration.mountpoint) {
         case .notMounted: break
         case .clearedDeadMount: logger.notice("cleared the mount left by a daemon that died", metadata: ["mount.path": "\(configuration.mountpoint)"])
@@ -127,6 +133,21 @@ public enum MountDaemon {
         try await group.run()
         await client.shutdown()
     }
+
+    /// Takes the cache folder's lock, waiting up to 10 s for a daemon that is exiting.
+    static func lockCacheFolder(_ directory: String) async throws -> Int32 {
+        let fd = open(directory + "/daemon.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw MountDaemonError.setup("cannot open \(directory)/daemon.lock: \(String(cString: strerror(errno)))") }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK || errno == EINTR, ContinuousClock.now < deadline else {
+                close(fd)
+                throw MountDaemonError.cacheInUse(directory)
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return fd
+    }
 }
 
 /// Ends the service group when the mount goes away (`ubiq unmount`, `fusermount3 -u`), and
@@ -156,7 +177,8 @@ final class MountWatcher: Service, Sendable {
 }
 
 /// Where the `ubiq` command finds the daemon of a mountpoint: one file per mount, named by a
-/// hash of the mountpoint, holding the cache folder (and so the control socket).
+/// hash of the mountpoint, holding the cache folder (and so the control socket) on its first
+/// line and the daemon's process ID on its second.
 public enum MountRegistry {
     public static var directory: String {
         let env = ProcessInfo.processInfo.environment
@@ -170,15 +192,25 @@ public enum MountRegistry {
 
     static func register(mountpoint: String, cacheDirectory: String) {
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        try? cacheDirectory.write(toFile: file(mountpoint), atomically: true, encoding: .utf8)
+        try? "\(cacheDirectory)\n\(getpid())\n".write(toFile: file(mountpoint), atomically: true, encoding: .utf8)
     }
 
+    /// Only this daemon's own entry: a new mount of the same mountpoint may have registered
+    /// while this one was finishing.
     static func unregister(mountpoint: String) {
+        guard entry(mountpoint)?.daemon == getpid() else { return }
         unlink(file(mountpoint))
     }
 
-    /// The cache folder of the daemon serving `mountpoint`, if one registered.
-    public static func cacheDirectory(of mountpoint: String) -> String? {
-        try? String(contentsOfFile: file(mountpoint), encoding: .utf8)
+    static func entry(_ mountpoint: String) -> (cacheDirectory: String, daemon: pid_t?)? {
+        guard let text = try? String(contentsOfFile: file(mountpoint), encoding: .utf8) else { return nil }
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        return (String(lines[0]), lines.count > 1 ? pid_t(lines[1]) : nil)
     }
+
+    /// The cache folder of the daemon serving `mountpoint`, if one registered.
+    public static func cacheDirectory(of mountpoint: String) -> String? { entry(mountpoint)?.cacheDirectory }
+
+    /// The process ID of the daemon serving `mountpoint`, if one registered.
+    public static func daemon(of mountpoint: String) -> pid_t? { entry(mountpoint)?.daemon ?? nil }
 }

@@ -205,6 +205,7 @@ struct Unmount: AsyncParsableCommand {
     func run() async throws {
         let target = Paths.absolute(mountpoint)
         guard MountTable.isUbiqMount(target) else { throw Failure("\(target) is not a ubiq mount") }
+        let daemon = MountRegistry.daemon(of: target)
         if let cache = MountRegistry.cacheDirectory(of: target) {
             let control = ControlClient(socketPath: cache + "/control.sock")
             if let report: FlushReport = try? await control.post(ControlPath.flush + "?timeout=\(timeout)", timeout: .seconds(Int64(timeout) + 10)) {
@@ -226,6 +227,11 @@ struct Unmount: AsyncParsableCommand {
             try? p.run()
             p.waitUntilExit()
             guard !MountTable.isUbiqMount(target) else { throw Failure("cannot unmount \(target) (in use?)") }
+        }
+        // The daemon's last steps (closing its database and cache) come after the mount is
+        // gone: returning before they end let a mount started at once meet it still running.
+        if let daemon {
+            while kill(daemon, 0) == 0 && clock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         }
         print("unmounted \(target)")
     }

@@ -109,6 +109,15 @@ import Testing
             #expect(try await b.must(#"cat "$M/cached.txt""#) == "cached\n")
             try await b.must(#"echo "written offline" > "$M/offline.txt" && echo more >> "$M/cached.txt""#)
             #expect(try await b.status().pendingUploads >= 2)
+            // An unmount with changes still queued returns once its daemon has exited, so a
+            // mount right after meets no daemon still finishing, and stays reachable.
+            let old = try #require(try await b.daemonPID())
+            let down = try await b.ubiq(["unmount", b.mountpoint, "--timeout", "1"])
+            #expect(down.status == 0, "\(down.stderr)")
+            #expect(kill(old, 0) != 0, "the daemon outlived `ubiq unmount`")
+            try await b.mountAgain()
+            #expect(try await b.ubiq(["status", "--mount", b.mountpoint]).status == 0)
+            #expect(try await b.status().pendingUploads >= 2, "the queued changes wait across the remount")
             // A placeholder cannot be downloaded: EIO at once, and the reason in downloadingError.
             let clock = ContinuousClock()
             let started = clock.now
