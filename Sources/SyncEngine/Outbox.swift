@@ -604,19 +604,24 @@ extension SyncEngine {
                 return .later("waiting for a local deletion to free the name", after: .milliseconds(100), offline: false)
             }
         }
-        try renameAside(ino)
+        try renameAside(ino, from: holder?.name)
         return .again
     }
 
-    func renameAside(_ ino: Int64) throws {
+    /// Gives the item a conflicted-copy name, unless it has already left `refused`, the name
+    /// the server refused: another device's item that arrived meanwhile (`makeRoom`) may have
+    /// renamed it, and a second suffix would follow the first.
+    func renameAside(_ ino: Int64, from refused: String?) throws {
         let inval = try store.write { w -> [KernelInvalidation] in
             guard var item = try w.reader.item(ino), let parent = item.parent else { return [] }
+            if let refused, item.name != refused { return [] }
             let old = item.name
             item.name = ConflictNaming.conflictedCopyName(old, device: configuration.deviceName, at: Self.now())
             try w.update(item)
             if item.revision != nil { try w.enqueue(.move, ino: ino) }
             return [.entry(parent: parent, name: old), .entry(parent: parent, name: item.name)]
         }
+        guard !inval.isEmpty else { return }
         observer.invalidate(inval)
         observer.event(MountEvent(kind: "conflict", path: nil, detail: "a name was taken on the server; kept as a conflicted copy"))
     }

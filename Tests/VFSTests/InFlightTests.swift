@@ -203,6 +203,30 @@ struct InFlightTests {
         }
     }
 
+    /// Regression: a new file whose create was on its way when another device's file of the
+    /// same name arrived was named a conflicted copy by the arrival, then again by the create's
+    /// refusal: "same (conflicted copy …) (conflicted copy …).txt".
+    @Test("a create refused for a name its file has already left gets no second conflicted-copy suffix")
+    func createRefusedAfterTheArrivalRenamedIt() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            try await settled(h)
+            let gate = h.remote.hold(.createItem)
+            let mine = try h.writeNewFile("same.txt", Array("mine".utf8))
+            try await eventually("this device's create to be in flight") { gate.arrivals == 1 }
+            try h.remote.otherDevice.createFile("same.txt", content: Array("theirs".utf8))
+            try await eventually("the other device's file to arrive") { try h.local(mine)?.name != "same.txt" }
+            try await release(gate, .createItem, h)
+            try await settled(h)
+            let names = try h.children()
+            #expect(names.count == 2 && names.contains("same.txt"), "\(names)")
+            let copy = try #require(try h.local(mine)).name
+            #expect(copy.components(separatedBy: "conflicted copy").count == 2, "one suffix: \(copy)")
+            #expect(Set(h.remote.tree().keys) == Set(names.map { "/" + $0 }))
+        }
+    }
+
     /// Regression: the saved file took the revision the replaced file had when it was renamed
     /// over it, while that file's own edit was still on its way. The edit's answer (the next
     /// revision) went to a deleted row, so the save went up from the older revision and the
