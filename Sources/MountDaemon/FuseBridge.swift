@@ -81,7 +81,7 @@ struct FuseBridge: FileSystemHandler {
 
     func mknod(parent: UInt64, name: [UInt8], mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
         do {
-            let opened = try fs.createFile(parent: Int64(parent), name: name, mode: mode, flags: O_WRONLY, uid: context.uid, gid: context.gid)
+            let opened = try fs.createFile(parent: Int64(parent), name: name, mode: mode, flags: O_WRONLY | O_EXCL, uid: context.uid, gid: context.gid)
             fs.release(opened.handle)
             reply.entry(entry(opened.attributes))
         } catch { reply.error(error.errno) }
