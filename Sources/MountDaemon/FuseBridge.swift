@@ -303,34 +303,38 @@ struct FuseBridge: FileSystemHandler {
     }
 }
 
-/// A read's reply, answered later from whichever thread gets there.
-final class PendingRead: Sendable {
-    let reply: Mutex<ReadReply?>
+/// A reply that can fail with an errno (FuseKit's reply tokens all can).
+protocol FailableReply: ~Copyable, Sendable {
+    consuming func error(_ errno: Int32)
+}
 
-    init(_ reply: consuming ReadReply) { self.reply = Mutex(reply) }
+extension ReadReply: FailableReply {}
+extension OpenReply: FailableReply {}
 
+/// A reply answered later from whichever thread gets there first: the others find it taken.
+final class PendingReply<Reply: FailableReply & ~Copyable>: Sendable {
+    let reply: Mutex<Reply?>
+
+    init(_ reply: consuming Reply) { self.reply = Mutex(reply) }
+
+    func take() -> Reply? { reply.withLock { $0.take() } }
+
+    func fail(_ errno: Int32) { take()?.error(errno) }
+}
+
+typealias PendingRead = PendingReply<ReadReply>
+typealias PendingOpen = PendingReply<OpenReply>
+
+extension PendingReply where Reply == ReadReply {
     func answer(_ result: FileSystem.ReadResult) {
-        guard let reply = reply.withLock({ $0.take() }) else { return }
+        guard let reply = take() else { return }
         FuseBridge.answer(reply, result)
-    }
-
-    func fail(_ errno: Int32) {
-        reply.withLock { $0.take() }?.error(errno)
     }
 }
 
-/// An open's reply, answered later from whichever thread gets there.
-final class PendingOpen: Sendable {
-    let reply: Mutex<OpenReply?>
-
-    init(_ reply: consuming OpenReply) { self.reply = Mutex(reply) }
-
+extension PendingReply where Reply == OpenReply {
     func answer(_ opened: FileSystem.Opened, _ fs: FileSystem) {
-        guard let reply = reply.withLock({ $0.take() }) else { return }
+        guard let reply = take() else { return }
         FuseBridge.answer(reply, opened, fs)
-    }
-
-    func fail(_ errno: Int32) {
-        reply.withLock { $0.take() }?.error(errno)
     }
 }

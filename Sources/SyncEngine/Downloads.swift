@@ -99,8 +99,14 @@ public final class Downloads: Sendable {
     /// Waits for the bytes of `count` from `offset` when a download of `digest` runs; false
     /// (at once) when none does. Throws when that download fails or is cancelled.
     public func waitIfRunning(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int) async throws -> Bool {
+        try await waitIfRunning(offset..<(offset + Int64(count)), of: ino, digest: digest)
+    }
+
+    /// `addWaiter`, awaited: true once `range` has landed, false at once when no download (of
+    /// `digest`, when given) runs.
+    func waitIfRunning(_ range: Range<Int64>, of ino: Int64, digest: ContentDigest?) async throws -> Bool {
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Bool, Error>) in
-            let registered = addWaiter(offset..<(offset + Int64(count)), of: ino, digest: digest) { _, error in
+            let registered = addWaiter(range, of: ino, digest: digest) { _, error in
                 if let error { c.resume(throwing: error) } else { c.resume(returning: true) }
             }
             switch registered {
@@ -177,13 +183,8 @@ public final class Downloads: Sendable {
 
     /// Returns once `range` has landed; at once when no download of the file runs.
     func wait(for range: Range<Int64>, ofRunning ino: Int64) async throws {
-        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, Error>) in
-            let registered = addWaiter(range, of: ino, digest: nil) { _, error in
-                if let error { c.resume(throwing: error) } else { c.resume() }
-            }
-            // Not downloading: either finished (the caller re-checks the item) or never started.
-            if case .waiting = registered {} else { c.resume() }
-        }
+        // Not downloading: either finished (the caller re-checks the item) or never started.
+        _ = try await waitIfRunning(range, of: ino, digest: nil)
     }
 
     /// What `addWaiter` did.
