@@ -145,6 +145,7 @@ struct FuseBridge: FileSystemHandler {
     static func answer(_ reply: consuming OpenReply, _ opened: FileSystem.Opened, _ fs: FileSystem) {
         var options: OpenOptions = opened.keepCache ? [.keepCache] : []
         if !opened.flushOnClose { options.insert(.noFlush) }
+        if opened.directIO { options.insert(.directIO) }
         if !reply.opened(handle: opened.handle, options: options) {
             fs.release(opened.handle)  // the caller was interrupted: no release will come
         }

@@ -6,6 +6,17 @@ import Logging
 import SyncAPI
 import Synchronization
 
+/// Who holds descriptors of cache files: the file system's open handles. A handle's descriptor
+/// stays on the file it opened, so the holder must know when that file is whole and when a new
+/// version goes into a new file.
+public protocol CacheFileHolders: AnyObject, Sendable {
+    /// The download of `digest` is complete and checked: descriptors that followed it hold it whole.
+    func downloadCompleted(_ ino: Int64, digest: ContentDigest)
+    /// A stale copy's cache file is about to be unlinked and a new version downloaded into a
+    /// new one: descriptors open on the old file keep it. False refuses (a writer has it open).
+    func willReplaceStaleCopy(_ ino: Int64) -> Bool
+}
+
 /// Downloads content into cache files, and lets readers wait for just the bytes they need.
 ///
 /// One sequential stream per file (its 128 KiB head, then the rest) fills the sparse cache file
@@ -56,6 +67,17 @@ public final class Downloads: Sendable {
     static let headLength: Int64 = 128 << 10
 
     let observer: any MountObserver
+    /// Who holds descriptors of the cache files (the file system's open handles).
+    let holders = Mutex<WeakHolders>(WeakHolders())
+
+    struct WeakHolders: Sendable {
+        weak var value: (any CacheFileHolders)?
+    }
+
+    /// Tells `holders` when a stale copy's cache file is replaced and when a download completes.
+    public func attach(holders: any CacheFileHolders) {
+        self.holders.withLock { $0.value = holders }
+    }
 
     init(remote: any RemoteStore, cache: ContentCache, store: LocalStore, observer: any MountObserver, logger: Logger, onFinished: @escaping @Sendable (Int64) -> Void) {
         self.observer = observer
@@ -149,6 +171,9 @@ public final class Downloads: Sendable {
             return s.nextGeneration
         }
         guard let generation else { return }
+        if fresh.content == .stale {
+            guard replaceStaleCopy(ino, digest: digest) else { return cancel(ino, generation: generation) }
+        }
         // The head is asked for first, from this thread (an open's, waiting for it), before
         // the cache file is made: the request's round trip then covers the file's creation,
         // and no task has to be scheduled first. Its answer ends at once, so the server's
@@ -246,15 +271,40 @@ public final class Downloads: Sendable {
         return true
     }
 
-    public func cancel(_ ino: Int64) {
+    public func cancel(_ ino: Int64) { cancel(ino, generation: nil) }
+
+    /// Cancels the download of `ino`, only if it is that `generation` when one is given.
+    func cancel(_ ino: Int64, generation: UInt64?) {
         let active = state.withLock { s -> Active? in
-            guard let a = s.active.removeValue(forKey: ino) else { return nil }
+            guard let a = s.active[ino], generation == nil || a.generation == generation else { return nil }
+            s.active[ino] = nil
             s.finished[ino, default: 0] += 1
             return a
         }
         active?.task?.cancel()
         for sink in active?.sinks ?? [] { sink.cancel() }
         for w in active?.waiters ?? [] { w.resume(EngineError.cancelled) }
+    }
+
+    /// Before a stale copy is downloaded again: its cache file is unlinked, not truncated, so
+    /// that descriptors open on it keep reading the whole old version, and the new version goes
+    /// into a file of its own. The row becomes a placeholder: the device no longer holds a
+    /// whole copy. False when it must not happen now (a writer has the file open, and writes
+    /// into that cache file) or when the row moved on meanwhile.
+    func replaceStaleCopy(_ ino: Int64, digest: ContentDigest) -> Bool {
+        if let holders = holders.withLock({ $0.value }), !holders.willReplaceStaleCopy(ino) { return false }
+        // Unlinked before the row says placeholder: an open that reads the row as a placeholder
+        // opens (or creates) the new file, which the download then sizes in place.
+        cache.remove(ino)
+        let ours = (try? store.write { w -> Bool in
+            guard var now = try w.reader.item(ino), now.content == .stale else { return false }
+            now.content = .placeholder
+            now.cachedBytes = 0
+            try w.update(now)
+            return now.serverDigest == digest
+        }) ?? false
+        observer.invalidate([.inode(ino)])
+        return ours
     }
 
     /// The rest of a download `start` began: its head (asked for already), then everything after it.
@@ -377,6 +427,7 @@ public final class Downloads: Sendable {
         } catch {
             logger.error("cannot record a download", metadata: ["item.ino": "\(ino)", "error": "\(error)"])
         }
+        if error == nil, let holders = holders.withLock({ $0.value }) { holders.downloadCompleted(ino, digest: digest) }
         // On failure the sparse file stays (as a placeholder's): an open reader's descriptor
         // keeps pointing at the file a retry will fill.
         let active = state.withLock { s -> Active? in
@@ -415,8 +466,8 @@ extension Array {
 /// thread), and reports each range that landed.
 ///
 /// `cancel` waits for a write in progress and stops every later one. That matters because the
-/// next download of the file truncates the same cache file in place (open readers keep their
-/// descriptor): a late write of the old version must never land in the new one.
+/// next download of a placeholder or partial file truncates the same cache file in place (open
+/// readers keep their descriptor): a late write of the old version must never land in the new one.
 ///
 /// Unchecked Sendable: every stored var is read and written under `lock`.
 final class CacheFileSink: @unchecked Sendable {

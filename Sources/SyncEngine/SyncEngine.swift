@@ -119,8 +119,13 @@ public final class SyncEngine: Sendable {
     }
 
     public func isOpen(_ ino: Int64) -> Bool { state.withLock { $0.openCount[ino] != nil } }
+    public func isOpenForWriting(_ ino: Int64) -> Bool { state.withLock { $0.openForWriting[ino] != nil } }
 
     public func contentChangedLocally() { maintenanceSignal.yield() }
+
+    /// The kernel must ask again for an item's attributes (and drop its pages), from the
+    /// invalidation service, never inside the request that noticed it.
+    public func kernelMustForget(_ ino: Int64) { observer.invalidate([.inode(ino)]) }
 
     // MARK: Status
 

@@ -34,9 +34,13 @@ public final class FileSystem: Sendable {
         let excluded: Bool
         /// The server version this handle reads while it downloads (nil: local from the start).
         var digest: ContentDigest? = nil
-        /// A read found the whole content in the cache file. It stays there while the file is
-        /// open (eviction waits for the last close), so later reads skip the database.
+        /// The descriptor's file holds a whole version: opened on one, or the download it
+        /// followed completed. It stays whole while open (eviction waits for the last close,
+        /// and a newer version goes into a new file), so reads skip the database.
         var knownLocal = false
+        /// Reads a version the file has since left: a stale copy whose cache file a download
+        /// of the new version replaced. The kernel's pages of this inode may be of either.
+        var oldCopy = false
     }
 
     /// The size and time of a file being written, ahead of the database until the last close.
@@ -57,6 +61,9 @@ public final class FileSystem: Sendable {
     let live = Mutex<[Int64: Live]>([:])
     /// Items deleted while open: the kernel may still ask about them until the last close.
     let detached = Mutex<[Int64: LocalItem]>([:])
+    /// Files whose kernel page cache may hold the bytes of a replaced version (read through a
+    /// handle of an old copy): opens do not keep it until no such handle is left.
+    let pagesOfOldCopies = Mutex<Set<Int64>>([])
 
     public init(engine: SyncEngine, identityToken: String, logger: Logger) {
         self.engine = engine
@@ -64,6 +71,7 @@ public final class FileSystem: Sendable {
         self.cache = engine.cache
         self.identityToken = identityToken
         self.logger = logger
+        engine.downloads.attach(holders: self)
     }
 
     // MARK: Lookup and attributes
@@ -183,6 +191,9 @@ public final class FileSystem: Sendable {
         /// The kernel must send flush on close (a writer's flush reports a failed write, such
         /// as a full disk). A reader's close then costs no round trip to the daemon.
         public var flushOnClose: Bool = true
+        /// Reads and writes bypass the kernel's page cache: another handle still reads a
+        /// replaced version of this inode through it.
+        public var directIO: Bool = false
     }
 
     public func createFile(parent: Int64, name: [UInt8], mode: UInt32, flags: Int32, uid: UInt32, gid: UInt32) throws(FSError) -> Opened {
@@ -216,7 +227,7 @@ public final class FileSystem: Sendable {
     public func open(_ ino: Int64, flags: Int32) async throws(FSError) -> Opened {
         let item = try openable(ino)
         guard item.kind == .file else { throw .isADirectory }
-        let waited = Self.needsContent(item, flags: flags, isOpen: engine.isOpen(ino))
+        let waited = Self.needsContent(item, flags: flags, openForWriting: engine.isOpenForWriting(ino))
         if waited {
             do {
                 if Self.isWritable(flags) {
@@ -240,7 +251,7 @@ public final class FileSystem: Sendable {
     public func openIfLocal(_ ino: Int64, flags: Int32) throws(FSError) -> Opened? {
         let item = try openable(ino)
         guard item.kind == .file else { throw .isADirectory }
-        if Self.needsContent(item, flags: flags, isOpen: engine.isOpen(ino)) { return nil }
+        if Self.needsContent(item, flags: flags, openForWriting: engine.isOpenForWriting(ino)) { return nil }
         return try finishOpen(item, flags: flags, wasLocal: item.content.isWhole)
     }
 
@@ -303,12 +314,12 @@ public final class FileSystem: Sendable {
         return access == O_WRONLY || access == O_RDWR
     }
 
-    /// A placeholder, a partial file, or a stale one nobody has open (which is then refreshed)
-    /// must be downloaded (its start, for reading) before the open answers; a truncating open
-    /// needs nothing.
-    static func needsContent(_ item: LocalItem, flags: Int32, isOpen: Bool) -> Bool {
+    /// A placeholder, a partial file, or a stale one (refreshed into a new cache file, unless a
+    /// writer has it open and writes into the old one) must be downloaded (its start, for
+    /// reading) before the open answers; a truncating open needs nothing.
+    static func needsContent(_ item: LocalItem, flags: Int32, openForWriting: Bool) -> Bool {
         let truncate = isWritable(flags) && (flags & O_TRUNC) != 0
-        return !truncate && (item.content == .placeholder || item.content == .partial || (item.content == .stale && !isOpen))
+        return !truncate && (item.content == .placeholder || item.content == .partial || (item.content == .stale && !openForWriting))
     }
 
     func finishOpen(_ item: LocalItem, flags: Int32, wasLocal: Bool) throws(FSError) -> Opened {
@@ -320,9 +331,11 @@ public final class FileSystem: Sendable {
         // Only a writer's close queues an upload, which an excluded item must not: a reader's
         // open (most opens, and every placeholder's first) skips this database read.
         let excluded = writable ? ((try? store.read { try $0.isExcluded(ino) }) ?? false) : false
-        let local = item.content.isWhole
+        // A stale copy here is whole (a refresh makes the row a placeholder first).
+        let local = item.content.isWhole || item.content == .stale
         let handle = register(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded,
                                      digest: local ? nil : item.serverDigest, knownLocal: local))
+        let (oldPages, oldCopyOpen) = pagesOfOldCopy(ino, opening: handle)
         engine.didOpen(ino, forWriting: writable)
         if truncate {
             do { try setSize(ino, 0, fd: fd) } catch {
@@ -334,7 +347,19 @@ public final class FileSystem: Sendable {
         engine.didAccess(ino)
         // Truncated: the row changed (read it again), and the kernel's cached pages are old.
         let shown = try truncate ? self.item(ino) : item
-        return Opened(handle: handle, keepCache: wasLocal && !truncate, attributes: attributes(of: shown), flushOnClose: writable)
+        return Opened(handle: handle, keepCache: wasLocal && !truncate && !oldPages, attributes: attributes(of: shown),
+                      flushOnClose: writable, directIO: oldCopyOpen)
+    }
+
+    /// Whether the kernel's pages of `ino` may hold a replaced version's bytes, and whether a
+    /// handle still reads that version. An open must then not keep those pages; and while such
+    /// a handle is open, the new one bypasses the page cache, which the two would share.
+    func pagesOfOldCopy(_ ino: Int64, opening handle: UInt64) -> (pages: Bool, oldCopyOpen: Bool) {
+        guard pagesOfOldCopies.withLock({ $0.contains(ino) }) else { return (false, false) }
+        let open = handles.withLock { s in s.open.values.contains { $0.ino == ino && $0.oldCopy } }
+        // The last old copy closed: this open (which does not keep the cache) drops its pages.
+        if !open { pagesOfOldCopies.withLock { _ = $0.remove(ino) } }
+        return (true, open)
     }
 
     public enum ReadResult: Sendable {
@@ -353,12 +378,11 @@ public final class FileSystem: Sendable {
            let ready = try readIfLocal(handle, offset: offset, size: size) {
             return ready
         }
-        let item = try item(h.ino)
+        let item = try followed(h)
         let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
         guard offset < fileSize else { return .bytes([]) }
         let count = Int(min(Int64(size), fileSize - offset))
-        let refreshing = item.content == .stale && engine.downloads.progress(h.ino) != nil
-        if item.content == .placeholder || item.content == .partial || refreshing {
+        if item.content == .placeholder || item.content == .partial {
             do { try await engine.waitForContent(item, range: offset..<(offset + Int64(count))) } catch { throw Self.fsError(error) }
         }
         return .file(fd: h.fd, offset: offset, count: count)
@@ -435,6 +459,10 @@ public final class FileSystem: Sendable {
         }
         close(h.fd)
         engine.didClose(h.ino, forWriting: h.writable)
+        // A reader of a replaced, longer version that read to its end made the kernel shrink
+        // the inode's size to where its read came up short. Asked again only now: asked during
+        // its reads, the kernel would take the new size and read zeros past the old end.
+        if h.oldCopy { engine.kernelMustForget(h.ino) }
         let stillOpen = handles.withLock { $0.open.values.contains { $0.ino == h.ino } }
         if !stillOpen {
             _ = live.withLock { $0.removeValue(forKey: h.ino) }
@@ -766,7 +794,7 @@ public final class FileSystem: Sendable {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
         // The common cases touch no database: content known to be here (the cache file's own
         // size is the content's), or bytes behind the front of this version's download.
-        if h.knownLocal && engine.downloads.progress(h.ino) == nil {
+        if h.knownLocal {
             var st = stat()
             guard fstat(h.fd, &st) == 0 else { throw .io }
             return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: Int64(st.st_size))
@@ -779,18 +807,30 @@ public final class FileSystem: Sendable {
             case .notRunning: break
             }
         }
-        let item = try item(h.ino)
+        let item = try followed(h)
         let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
         guard offset < fileSize else { return .bytes([]) }
         let count = Int(min(Int64(size), fileSize - offset))
-        let local = item.content.isWhole || (item.content == .stale && engine.downloads.progress(h.ino) == nil)
+        let local = item.content.isWhole
         // Behind the front of a running download of the current version: the bytes are here.
         let landed = !local && item.serverDigest.flatMap {
             engine.downloads.position(h.ino, digest: $0, from: offset, count: count).landedSize
         } != nil
         guard local || landed else { return nil }
-        if local && item.content != .stale { handles.withLock { $0.open[handle]?.knownLocal = true } }
+        if local { handles.withLock { $0.open[handle]?.knownLocal = true } }
         return .file(fd: h.fd, offset: offset, count: count)
+    }
+
+    /// The row a handle that follows a download reads against. Its version replaced before it
+    /// was whole here fails the read (EIO): the bytes of another version are not its, and a
+    /// reader must never see a mix of two versions.
+    func followed(_ h: Handle) throws(FSError) -> LocalItem {
+        let item = try item(h.ino)
+        if item.serverDigest != h.digest {
+            logger.notice("a read of a version replaced during its download fails", metadata: ["item.ino": "\(h.ino)"])
+            throw .io
+        }
+        return item
     }
 
     /// A read ahead of the running download of the handle's version, answered without a
@@ -940,4 +980,25 @@ public final class FileSystem: Sendable {
     }
 
     static func now() -> Timestamp { WallClock.now() }
+}
+
+extension FileSystem: CacheFileHolders {
+    public func downloadCompleted(_ ino: Int64, digest: ContentDigest) {
+        handles.withLock { s in
+            for (key, h) in s.open where h.ino == ino && h.digest == digest { s.open[key]!.knownLocal = true }
+        }
+    }
+
+    public func willReplaceStaleCopy(_ ino: Int64) -> Bool {
+        let keptOpen = handles.withLock { s -> Bool? in
+            let ours = s.open.filter { $0.value.ino == ino }
+            if ours.values.contains(where: \.writable) { return nil }
+            // The others followed a download that never completed: `followed` fails their reads.
+            for (key, h) in ours where h.knownLocal { s.open[key]!.oldCopy = true }
+            return ours.values.contains(where: \.knownLocal)
+        }
+        guard let keptOpen else { return false }
+        if keptOpen { pagesOfOldCopies.withLock { _ = $0.insert(ino) } }
+        return true
+    }
 }

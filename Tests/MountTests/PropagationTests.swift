@@ -171,6 +171,48 @@ import Testing
         }
     }
 
+    /// B holds a file open while A saves a new version. An open made on B meanwhile reads the
+    /// new version, and the open descriptor goes on reading the whole of its own.
+    @Test func anOpenMadeWhileAnOldReaderHoldsTheFileReadsTheNewVersion() async throws {
+        try await withDevices(["A", "B"]) { _, devices in
+            let (a, b) = (devices[0], devices[1])
+            let work = try TempDirectory("ubiq-holder")
+            defer { work.remove() }
+            let v1 = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 9) })
+            let v2 = Data((0..<500_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 101) })
+            FileManager.default.createFile(atPath: work.path + "/v1", contents: v1)
+            FileManager.default.createFile(atPath: work.path + "/v2", contents: v2)
+            try await a.must(#"mkdir "$M/h" && cp '\#(work.path)/v1' "$M/h/f""#)
+            try await a.waitUntilUploaded()
+            try await eventually("B to read v1") { (try await b.sh(#"cmp -s '\#(work.path)/v1' "$M/h/f""#)).status == 0 }
+            // B's holder: opens the file and reads its first 4 KiB, then waits for the new size,
+            // opens the file again, and only then reads the rest through its first descriptor.
+            let holder = Task {
+                try await b.sh(#"""
+                    T='\#(work.path)'
+                    exec 3< "$M/h/f" || exit 1
+                    dd bs=4096 count=1 <&3 > "$T/old" 2>/dev/null || exit 2
+                    touch "$T/opened"
+                    for i in $(seq 1 600); do [ "$(stat -c %s "$M/h/f")" = 500000 ] && break; sleep 0.05; done
+                    [ "$(stat -c %s "$M/h/f")" = 500000 ] || exit 3
+                    cat "$M/h/f" > "$T/new" || exit 4
+                    cat <&3 >> "$T/old" || exit 5
+                    """#, timeout: .seconds(60))
+            }
+            try await eventually("B's holder to open the file") { FileManager.default.fileExists(atPath: work.path + "/opened") }
+            try await a.must(#"cp '\#(work.path)/v2' "$M/h/f""#)
+            let held = try await holder.value
+            #expect(held.status == 0, "the holder exited \(held.status): \(held.stderr)")
+            #expect(FileManager.default.contents(atPath: work.path + "/new") == v2, "a new open reads the new version")
+            #expect(FileManager.default.contents(atPath: work.path + "/old") == v1, "the old descriptor reads all of its version")
+            // The old reader's short read at its end made the kernel shrink the size: it asks again.
+            try await eventually("B to show the new size again") {
+                try await b.must(#"stat -c %s "$M/h/f""#).trimmingCharacters(in: .whitespacesAndNewlines) == "500000"
+            }
+            #expect(try await b.must(#"sha256sum < "$M/h/f""#).prefix(64) == sha256Hex(v2))
+        }
+    }
+
     @Test func filesCreatedThroughTheMountBelongToTheCaller() async throws {
         try await withDevices(["A"], mountArguments: ["--allow-other"]) { _, devices in
             let a = devices[0]

@@ -262,6 +262,62 @@ struct PlaceholderTests {
         }
     }
 
+    @Test("a reader of a stale copy keeps its version; an open made meanwhile reads the new one, bypassing the page cache")
+    func staleCopyKeptByItsReader() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let v1 = pattern(40_000, seed: 1)
+        let v2 = pattern(15_000, seed: 2)
+        try await h.running {
+            let remote = try h.remote.otherDevice.createFile("log.txt", content: v1)
+            let ino = try await h.appeared("/log.txt")
+            #expect(sha(try await h.read(ino)) == sha(v1))
+            try await eventually("v1 to be current") { try h.downloadingStatus(ino) == "current" }
+            let old = try await h.fs.open(ino, flags: O_RDONLY)
+            #expect(try await h.readRange(old.handle, offset: 0, size: 4096) == Array(v1.prefix(4096)))
+
+            try h.remote.otherDevice.updateContent(remote.id, to: v2)
+            try await eventually("the copy to be stale") { try h.downloadingStatus(ino) == "downloaded" }
+            let new = try await within(.seconds(10), "open of a stale file held open") { try await h.fs.open(ino, flags: O_RDONLY) }
+            #expect(new.directIO, "the old reader fills the inode's page cache with v1")
+            #expect(!new.keepCache)
+            #expect(sha(try await h.readAll(new.handle, size: 1 << 20)) == sha(v2), "the new open reads the new version")
+            #expect(sha(try await h.readAll(old.handle, size: 1 << 20)) == sha(v1), "the old descriptor reads all of its version")
+            try await eventually("v2 to be current") { try h.downloadingStatus(ino) == "current" }
+            h.fs.release(old.handle)
+            h.fs.release(new.handle)
+
+            let after = try #require(try h.fs.openIfLocal(ino, flags: O_RDONLY))
+            #expect(!after.keepCache && !after.directIO, "the first open after the old reader drops the pages it left")
+            h.fs.release(after.handle)
+            let later = try #require(try h.fs.openIfLocal(ino, flags: O_RDONLY))
+            #expect(later.keepCache && !later.directIO)
+            #expect(sha(try await h.readAll(later.handle, size: 1 << 20)) == sha(v2))
+            h.fs.release(later.handle)
+        }
+    }
+
+    @Test("a reader following a download whose version is replaced midway fails with EIO, never reads the other version")
+    func followedVersionReplaced() async throws {
+        let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        defer { h.close() }
+        let v1 = pattern(300_000, seed: 1)
+        let v2 = pattern(300_000, seed: 2)
+        try await h.running {
+            let remote = try h.remote.otherDevice.createFile("big.bin", content: v1)
+            let ino = try await h.appeared("/big.bin")
+            let gate = h.remote.holdDownloads(afterBytes: 64 * 1024)
+            let opened = try await within(.seconds(10), "open of a placeholder") { try await h.fs.open(ino, flags: O_RDONLY) }
+            #expect(try await h.readRange(opened.handle, offset: 0, size: 4096) == Array(v1.prefix(4096)))
+            let updated = try h.remote.otherDevice.updateContent(remote.id, to: v2)
+            try await eventually("the new version to arrive") { try h.xattr(ino, "user.ubiq.revision") == updated.revision.rawValue }
+            gate.open()
+            await #expect(throws: FSError.io) { try await h.readRange(opened.handle, offset: 200_000, size: 4096) }
+            h.fs.release(opened.handle)
+            #expect(sha(try await h.read(ino)) == sha(v2))
+        }
+    }
+
     @Test("writing current to downloadingStatus downloads; notDownloaded evicts back to a placeholder")
     func downloadAndEvictThroughXattrs() async throws {
         let h = try Harness()
