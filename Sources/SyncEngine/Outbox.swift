@@ -594,11 +594,17 @@ extension SyncEngine {
         if let id = holder?.id {
             if let mine {
                 let queued = try store.read { try $0.queuedOps(for: mine.ino) }.contains(.move)
-                if !queued {
+                // The server holds a newer state of it than this device: another device moved
+                // it there, and the feed has not brought that here yet. Sending this device's
+                // older name would undo that move; the feed brings it, and makes room for this
+                // item (a conflicted copy) if it still wants the name.
+                let behind = mine.revision.map { holder?.revision.isNewer(than: $0) ?? false } ?? true
+                if !queued && !behind {
                     try store.write { w in try w.enqueue(.move, ino: mine.ino) }
                     outboxSignal.yield()
                 }
-                return .later("waiting for a local rename to free the name", after: .milliseconds(100), offline: false)
+                return .later(behind ? "waiting for another device's change of the item that holds the name"
+                                     : "waiting for a local rename to free the name", after: .milliseconds(100), offline: false)
             }
             if try store.read({ try $0.hasPendingDelete(of: id) || $0.tombstone(of: id) != nil }) {
                 return .later("waiting for a local deletion to free the name", after: .milliseconds(100), offline: false)

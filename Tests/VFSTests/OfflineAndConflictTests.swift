@@ -364,4 +364,47 @@ struct ConflictTests {
             #expect(try await h.read(try h.requireIno("/keep.txt")) == Array("edited".utf8))
         }
     }
+
+    @Test(
+        "offline, this device makes a file under the name another device gave a folder: the folder keeps its new name, the file is a conflicted copy",
+        arguments: [false, true])
+    func offlineCreateAgainstAnotherDevicesFolderRename(renameHereToo: Bool) async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            let d = try h.mkdir("d")
+            _ = try h.writeNewFile("inside.txt", in: d, Array("x".utf8))
+            try await eventually("the folder on the server") { try h.outbox().isEmpty && h.remote.item(atPath: "/d/inside.txt") != nil }
+            try await h.settled()
+            let folderID = try #require(h.remote.item(atPath: "/d")).id
+            h.remote.isOnline = false
+            try await eventually("the engine to notice it is offline") { !h.engine.isConnected }
+            if renameHereToo {
+                // This device renames the folder to the name the other device takes for a file.
+                try h.fs.rename(parent: rootIno, name: n("d"), newParent: rootIno, newName: n("e"), noReplace: true, exchange: false)
+                _ = try h.remote.otherDevice.createFile("e", content: Array("other".utf8))
+            } else {
+                // The other device renames the folder to the name this device takes for a file.
+                _ = try h.writeNewFile("e", Array("mine".utf8))
+                _ = try h.remote.otherDevice.move(folderID, to: "e")
+            }
+            h.remote.isOnline = true
+            try await eventually("the outbox to drain") { try h.outbox().isEmpty }
+            try await h.settled()
+            try await eventually("the feed to catch up") { try h.caughtUp() }
+            let remote = h.remote.tree().keys.sorted()
+            let local = try h.children()
+            #expect(local.count == 2 && remote.count == 3, "local \(local), server \(remote)")
+            let copy = try #require(local.first { $0.hasPrefix("e (conflicted copy from ") }, "local \(local)")
+            if renameHereToo {
+                // The name was the other device's first: this device's folder is the copy.
+                #expect(Set(remote) == ["/e", "/\(copy)", "/\(copy)/inside.txt"])
+                #expect(h.remote.item(atPath: "/\(copy)")?.id == folderID)
+            } else {
+                #expect(Set(remote) == ["/e", "/e/inside.txt", "/\(copy)"], "the other device's rename stands")
+                #expect(h.remote.item(atPath: "/e")?.id == folderID)
+                #expect(try await h.read(try h.requireIno("/\(copy)")) == Array("mine".utf8))
+            }
+        }
+    }
 }
