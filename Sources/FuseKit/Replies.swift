@@ -370,10 +370,42 @@ struct DirentBuffer: @unchecked Sendable {
     func free() { base.deallocate() }
 }
 
-/// Answer to readdir: fill with `add` until it returns false or the directory ends, then
-/// `send`. Each entry's `nextOffset` is what the kernel passes back as `offset` to continue
-/// after it.
-public struct DirectoryReply: ~Copyable, Sendable {
+/// How one kind of listing writes an entry into the reply buffer: readdir's name, inode and
+/// type, or readdirplus's full entry.
+public protocol DirectoryEntryFormat: Sendable {
+    associatedtype Entry
+    /// fuse_add_direntry or fuse_add_direntry_plus: the bytes the entry needs, written only if
+    /// they fit in `remaining`.
+    static func add(_ req: fuse_req_t, _ cursor: UnsafeMutablePointer<CChar>, _ remaining: Int,
+                    _ name: UnsafePointer<CChar>, _ entry: Entry, _ nextOffset: Int64) -> Int
+}
+
+/// readdir's entries: name, inode and type.
+public enum PlainEntries: DirectoryEntryFormat {
+    public static func add(_ req: fuse_req_t, _ cursor: UnsafeMutablePointer<CChar>, _ remaining: Int,
+                           _ name: UnsafePointer<CChar>, _ entry: (ino: UInt64, type: FileType), _ nextOffset: Int64) -> Int {
+        // fuse_add_direntry reads only st_ino and the type bits of st_mode.
+        var st = Glibc.stat()
+        st.st_ino = ino_t(entry.ino)
+        st.st_mode = mode_t(entry.type.modeBits)
+        return fuse_add_direntry(req, cursor, remaining, name, &st, off_t(nextOffset))
+    }
+}
+
+/// readdirplus's entries: a full lookup answer per name. Every accepted entry other than `.`
+/// and `..` adds one lookup count — if `send()` returns true.
+public enum PlusEntries: DirectoryEntryFormat {
+    public static func add(_ req: fuse_req_t, _ cursor: UnsafeMutablePointer<CChar>, _ remaining: Int,
+                           _ name: UnsafePointer<CChar>, _ entry: FuseEntry, _ nextOffset: Int64) -> Int {
+        var e = entry.param
+        return fuse_add_direntry_plus(req, cursor, remaining, name, &e, off_t(nextOffset))
+    }
+}
+
+/// Answer to readdir (`DirectoryReply`) and readdirplus (`DirectoryPlusReply`): fill with `add`
+/// until it returns false or the directory ends, then `send`. Each entry's `nextOffset` is what
+/// the kernel passes back as `offset` to continue after it.
+public struct ListingReply<Format: DirectoryEntryFormat>: ~Copyable, Sendable {
     let request: PendingRequest
     var buffer: DirentBuffer
 
@@ -386,15 +418,12 @@ public struct DirectoryReply: ~Copyable, Sendable {
     /// ended.
     public var isEmpty: Bool { buffer.used == 0 }
 
-    /// Adds one entry; false (and nothing added) when it does not fit — send what you have.
-    public mutating func add(name: [UInt8], ino: UInt64, type: FileType, nextOffset: Int64) -> Bool {
-        // fuse_add_direntry reads only st_ino and the type bits of st_mode.
-        var st = Glibc.stat()
-        st.st_ino = ino_t(ino)
-        st.st_mode = mode_t(type.modeBits)
+    /// Adds one entry; false (and nothing added, no lookup counted) when it does not fit —
+    /// send what you have.
+    public mutating func add(name: [UInt8], entry: Format.Entry, nextOffset: Int64) -> Bool {
         let buffer = self.buffer
         let needed = withCName(name) { cName in
-            fuse_add_direntry(request.req, buffer.cursor, buffer.remaining, cName, &st, off_t(nextOffset))
+            Format.add(request.req, buffer.cursor, buffer.remaining, cName, entry, nextOffset)
         }
         guard needed <= buffer.remaining else { return false }
         self.buffer.used += needed
@@ -422,49 +451,12 @@ public struct DirectoryReply: ~Copyable, Sendable {
     }
 }
 
-/// Answer to readdirplus: like `DirectoryReply`, with a full entry per name. Every accepted
-/// entry other than `.` and `..` adds one lookup count — if `send()` returns true.
-public struct DirectoryPlusReply: ~Copyable, Sendable {
-    let request: PendingRequest
-    var buffer: DirentBuffer
+public typealias DirectoryReply = ListingReply<PlainEntries>
+public typealias DirectoryPlusReply = ListingReply<PlusEntries>
 
-    init(_ request: PendingRequest, size: Int) {
-        self.request = request
-        buffer = DirentBuffer(capacity: size)
-    }
-
-    public var isEmpty: Bool { buffer.used == 0 }
-
-    /// Adds one entry; false (and nothing added, no lookup counted) when it does not fit.
-    public mutating func add(name: [UInt8], entry: FuseEntry, nextOffset: Int64) -> Bool {
-        var e = entry.param
-        let buffer = self.buffer
-        let needed = withCName(name) { cName in
-            fuse_add_direntry_plus(request.req, buffer.cursor, buffer.remaining, cName, &e, off_t(nextOffset))
-        }
-        guard needed <= buffer.remaining else { return false }
-        self.buffer.used += needed
-        return true
-    }
-
-    @discardableResult
-    public consuming func send() -> Bool {
-        let buffer = self.buffer
-        let sent = request.finish { fuse_reply_buf($0, buffer.base, buffer.used) }
-        buffer.free()
-        discard self
-        return sent
-    }
-
-    public consuming func error(_ errno: Int32) {
-        buffer.free()
-        request.finishWithError(errno)
-        discard self
-    }
-
-    deinit {
-        buffer.free()
-        request.finishWithError(EIO)
+extension ListingReply where Format == PlainEntries {
+    public mutating func add(name: [UInt8], ino: UInt64, type: FileType, nextOffset: Int64) -> Bool {
+        add(name: name, entry: (ino, type), nextOffset: nextOffset)
     }
 }
 

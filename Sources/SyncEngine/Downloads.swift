@@ -275,15 +275,23 @@ public final class Downloads: Sendable {
 
     /// Cancels the download of `ino`, only if it is that `generation` when one is given.
     func cancel(_ ino: Int64, generation: UInt64?) {
+        end(ino, generation: generation, telling: EngineError.cancelled)?.task?.cancel()
+    }
+
+    /// Drops the download of `ino` (only that `generation`, when given) and counts it as ended,
+    /// stops its writers, and tells its waiters `outcome` (nil: their bytes landed). Returns
+    /// it, or nil when no such download runs.
+    @discardableResult
+    func end(_ ino: Int64, generation: UInt64?, telling outcome: Error?) -> Active? {
         let active = state.withLock { s -> Active? in
             guard let a = s.active[ino], generation == nil || a.generation == generation else { return nil }
             s.active[ino] = nil
             s.finished[ino, default: 0] += 1
             return a
         }
-        active?.task?.cancel()
         for sink in active?.sinks ?? [] { sink.cancel() }
-        for w in active?.waiters ?? [] { w.resume(EngineError.cancelled) }
+        for w in active?.waiters ?? [] { w.resume(outcome) }
+        return active
     }
 
     /// Before a stale copy is downloaded again: its cache file is unlinked, not truncated, so
@@ -430,17 +438,11 @@ public final class Downloads: Sendable {
         if error == nil, let holders = holders.withLock({ $0.value }) { holders.downloadCompleted(ino, digest: digest) }
         // On failure the sparse file stays (as a placeholder's): an open reader's descriptor
         // keeps pointing at the file a retry will fill.
-        let active = state.withLock { s -> Active? in
-            guard s.active[ino]?.generation == generation else { return nil }
-            s.finished[ino, default: 0] += 1
-            return s.active.removeValue(forKey: ino)
-        }
-        for sink in active?.sinks ?? [] { sink.cancel() }
         let failure: Error? = error.map { e in
             if let r = e as? RemoteError { return EngineError.offline(describe(r)) }
             return e
         }
-        for w in active?.waiters ?? [] { w.resume(failure) }
+        end(ino, generation: generation, telling: failure)
         onFinished(ino)
     }
 }

@@ -27,15 +27,16 @@ public struct TestSupportError: Error, CustomStringConvertible {
 public let waitLimit: Duration = .seconds(30)
 
 /// Waits for `condition` with a deadline, checking again at each short interval: tests wait
-/// for events, they do not sleep and hope.
+/// for events, they do not sleep and hope. `what` is read at the deadline, so it may say what
+/// was last seen.
 public func eventually(
-    timeout: Duration = waitLimit, _ what: String, _ condition: () async throws -> Bool
+    timeout: Duration = waitLimit, _ what: @autoclosure () -> String, _ condition: () async throws -> Bool
 ) async throws {
     let clock = ContinuousClock()
     let deadline = clock.now + timeout
     while true {
         if try await condition() { return }
-        if clock.now >= deadline { throw TestSupportError("timed out after \(timeout) waiting for \(what)") }
+        if clock.now >= deadline { throw TestSupportError("timed out after \(timeout) waiting for \(what())") }
         try await Task.sleep(for: .milliseconds(10))
     }
 }
