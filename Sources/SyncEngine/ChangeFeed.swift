@@ -48,6 +48,25 @@ extension SyncEngine {
         return invalidations
     }
 
+    /// A change held back while its file was open for writing, applied at the last close (after
+    /// the close recorded any write: a written file keeps its local content, and its upload
+    /// settles the conflict). Without this, a writer that closed without writing left the
+    /// device on the old version for good: the feed had moved past the change.
+    func applyDeferredChange(_ change: ItemChange) {
+        do {
+            let (invalidations, events) = try store.write { w -> ([KernelInvalidation], [MountEvent]) in
+                var out: [KernelInvalidation] = []
+                var events: [MountEvent] = []
+                try applyLocked(change, w, &out, &events)
+                return (out, events)
+            }
+            if !invalidations.isEmpty { observer.invalidate(invalidations) }
+            for e in events { observer.event(e) }
+        } catch {
+            logger.error("cannot apply a change held back while the file was open for writing", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// The cursor of the last change applied or skipped (the stored one may be older: skipped
     /// echoes do not write it).
     public var appliedCursor: ChangeCursor? { (try? lastCursor()) ?? nil }
@@ -134,7 +153,10 @@ extension SyncEngine {
             if let held = local.revision, !remote.revision.isNewer(than: held) { return }
             // Local changes not yet sent: they carry their base revision, and the server's
             // answer (success, or a conflict holding its state) settles the item then.
-            if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty || state.withLock({ $0.openForWriting[local.ino] != nil }) { return }
+            if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty { return }
+            // Open for writing: a write may come, and its upload (on this base) would then meet
+            // this change as a conflict. Held back until the last writer closes.
+            if state.withLock({ s in s.openForWriting[local.ino].map { _ in s.deferredChanges[local.ino] = change } != nil }) { return }
             let oldParent = local.parent, oldName = local.name
             if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
                 try makeRoom(for: clash, w)

@@ -38,6 +38,9 @@ public final class SyncEngine: Sendable {
         var writeGenerations: [Int64: UInt64] = [:]
         /// Files open for writing: never evicted, and their uploads wait for the last close.
         var openForWriting: [Int64: Int] = [:]
+        /// The server's latest change of a file that was open for writing when it arrived, held
+        /// back until the last writer closes (see `applyDeferredChange`).
+        var deferredChanges: [Int64: ItemChange] = [:]
         var openCount: [Int64: Int] = [:]
         var uploading: Set<Int64> = []
         var uploadProgress: [Int64: (Int64, Int64)] = [:]
@@ -87,14 +90,16 @@ public final class SyncEngine: Sendable {
     }
 
     public func didClose(_ ino: Int64, forWriting: Bool) {
-        state.withLock { s in
+        let deferred = state.withLock { s -> ItemChange? in
             s.openCount[ino, default: 1] -= 1
             if s.openCount[ino] == 0 { s.openCount[ino] = nil }
-            if forWriting {
-                s.openForWriting[ino, default: 1] -= 1
-                if s.openForWriting[ino] == 0 { s.openForWriting[ino] = nil }
-            }
+            guard forWriting else { return nil }
+            s.openForWriting[ino, default: 1] -= 1
+            guard s.openForWriting[ino] == 0 else { return nil }
+            s.openForWriting[ino] = nil
+            return s.deferredChanges.removeValue(forKey: ino)
         }
+        if let deferred { applyDeferredChange(deferred) }
         maintenanceSignal.yield()
     }
 

@@ -262,6 +262,26 @@ struct PlaceholderTests {
         }
     }
 
+    @Test("a remote change that arrives while the file is open for writing applies when the writer closes without writing")
+    func remoteChangeWhileOpenForWriting() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            let remote = try h.remote.otherDevice.createFile("f.txt", content: Array("one".utf8))
+            let ino = try await h.appeared("/f.txt")
+            #expect(try await h.read(ino) == Array("one".utf8))
+            let writer = try await h.fs.open(ino, flags: O_RDWR)
+            let updated = try h.remote.otherDevice.updateContent(remote.id, to: Array("two two".utf8))
+            try await eventually("the feed to pass the change") { try h.caughtUp() }
+            #expect(try h.xattr(ino, "user.ubiq.revision") != updated.revision.rawValue, "held back while open for writing")
+            h.fs.release(writer.handle)
+            #expect(try h.xattr(ino, "user.ubiq.revision") == updated.revision.rawValue, "applied at the close")
+            #expect(try h.fs.attributes(ino).size == 7)
+            #expect(try await h.read(ino) == Array("two two".utf8))
+            #expect(try h.outbox().isEmpty)
+        }
+    }
+
     @Test("a reader of a stale copy keeps its version; an open made meanwhile reads the new one, bypassing the page cache")
     func staleCopyKeptByItsReader() async throws {
         let h = try Harness()
