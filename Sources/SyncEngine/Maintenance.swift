@@ -21,11 +21,20 @@ extension SyncEngine {
         let item = try store.read { try $0.item(ino) }
         guard let item else { throw EngineError.notFound }
         if item.kind == .folder {
-            for child in try store.read({ try $0.children(of: ino) }) { try evict(child.ino) }
+            // Every file below that can go goes; one that cannot (open, or with unsent
+            // changes) stays, and the refusal is reported once the rest is done.
+            var refused: Error?
+            for child in try store.read({ try $0.children(of: ino) }) {
+                do { try evict(child.ino) } catch let e as EvictRefusal { refused = refused ?? e }
+            }
+            if let refused { throw refused }
             return
         }
         let pending = try store.read { try $0.pendingOps(for: ino) }
         if item.content == .dirty || pending > 0 { throw EvictRefusal.unsentChanges }
+        // An open file's descriptors read and write its cache file: removing it under a writer
+        // lost both the old content and what the writer wrote next.
+        if isOpen(ino) { throw EvictRefusal.inUse }
         downloads.cancel(ino)
         try store.write { w in
             guard var now = try w.reader.item(ino), now.content != .dirty else { return }

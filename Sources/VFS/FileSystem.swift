@@ -872,9 +872,7 @@ public final class FileSystem: Sendable {
                 case ("user.ubiq.pinned", "1"): try engine.setPinned(ino, true); try engine.startDownload(ino)
                 case ("user.ubiq.pinned", "0"): try engine.setPinned(ino, false)
                 case ("user.ubiq.downloadingStatus", "current"): try engine.startDownload(ino)
-                case ("user.ubiq.downloadingStatus", "notDownloaded"):
-                    if engine.isOpen(ino) { throw FSError.busyWithUnsentChanges }
-                    try engine.evict(ino)
+                case ("user.ubiq.downloadingStatus", "notDownloaded"): try engine.evict(ino)
                 default: throw FSError.invalidArgument
                 }
             } catch let e as FSError {

@@ -338,6 +338,30 @@ struct PlaceholderTests {
         }
     }
 
+    @Test("evicting a folder evicts the closed files below it and keeps an open one (EBUSY); a write through the open one keeps the rest of its content")
+    func folderEvictionSparesOpenFiles() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            let folder = try h.remote.otherDevice.createFolder("d")
+            let kept = try h.remote.otherDevice.createFile("open.txt", in: folder.id, content: Array("0123456789".utf8))
+            try h.remote.otherDevice.createFile("closed.txt", in: folder.id, content: Array("closed".utf8))
+            let dir = try await h.appeared("/d")
+            let openIno = try await h.appeared("/d/open.txt")
+            let closedIno = try await h.appeared("/d/closed.txt")
+            #expect(try await h.read(openIno) == Array("0123456789".utf8))
+            #expect(try await h.read(closedIno) == Array("closed".utf8))
+            let writer = try await h.fs.open(openIno, flags: O_RDWR)
+            #expect(errnoOf { try h.fs.setXattr(dir, name: "user.ubiq.downloadingStatus", value: n("notDownloaded"), create: false, replace: false) } == EBUSY)
+            #expect(try h.downloadingStatus(closedIno) == "notDownloaded")
+            #expect(try h.downloadingStatus(openIno) == "current")
+            _ = try h.fs.write(writer.handle, offset: 2, data: Array("ab".utf8))
+            h.fs.release(writer.handle)
+            #expect(try await h.read(openIno) == Array("01ab456789".utf8))
+            try await eventually("the edit on the server") { h.remote.content(of: kept.id) == Array("01ab456789".utf8) }
+        }
+    }
+
     @Test("writing current to downloadingStatus downloads; notDownloaded evicts back to a placeholder")
     func downloadAndEvictThroughXattrs() async throws {
         let h = try Harness()
