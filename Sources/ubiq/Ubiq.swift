@@ -19,6 +19,9 @@ struct Ubiq: AsyncParsableCommand {
         } catch let failure as Failure {
             FileHandle.standardError.write(Data("ubiq: \(failure.description)\n".utf8))
             return 1
+        } catch let code as ExitCode {
+            // The command printed its own lines already (one per failed path).
+            return code.rawValue
         } catch {
             let code = exitCode(for: error)
             if code == .success {

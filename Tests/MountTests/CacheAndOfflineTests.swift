@@ -52,6 +52,8 @@ import Testing
             try await a.must(#"echo unsent > "$M/draft.txt""#)
             let evict = try await a.ubiq(["evict", a.mountpoint + "/draft.txt"])
             #expect(evict.status == 1 && evict.stderr.contains("not on the server"), "\(evict.stderr)")
+            let missing = try await a.ubiq(["status", a.mountpoint + "/no-such-file"])
+            #expect(missing.status == 1 && missing.stderr.split(separator: "\n").count == 1, "one line: \(missing.stderr)")
             let busy = try await a.sh(#"setfattr -n user.ubiq.downloadingStatus -v notDownloaded "$M/draft.txt""#)
             #expect(busy.status != 0 && busy.stderr.contains("busy"), "\(busy.stderr)")
             #expect(try await a.must(#"cat "$M/draft.txt""#) == "unsent\n")
