@@ -34,16 +34,17 @@ extension SyncEngine {
     }
 
     /// Applies a page of changes in one transaction (one fsync for a thousand items on the
-    /// first sync of a large container, instead of one each).
-    func apply(_ changes: [ItemChange], cursor: ChangeCursor) throws -> [KernelInvalidation] {
+    /// first sync of a large container, instead of one each), and records `cursor` as reached
+    /// (nil: a change held back earlier, behind the cursor already).
+    func apply(_ changes: [ItemChange], cursor: ChangeCursor?) throws -> [KernelInvalidation] {
         let (invalidations, events) = try store.write { w -> ([KernelInvalidation], [MountEvent]) in
             var out: [KernelInvalidation] = []
             var events: [MountEvent] = []
             for change in changes { try applyLocked(change, w, &out, &events) }
-            try w.setMeta("cursor", cursor.rawValue)
+            if let cursor { try w.setMeta("cursor", cursor.rawValue) }
             return (out, events)
         }
-        state.withLock { $0.cursor = cursor }
+        if let cursor { state.withLock { $0.cursor = cursor } }
         for e in events { observer.event(e) }
         return invalidations
     }
@@ -54,14 +55,8 @@ extension SyncEngine {
     /// device on the old version for good: the feed had moved past the change.
     func applyDeferredChange(_ change: ItemChange) {
         do {
-            let (invalidations, events) = try store.write { w -> ([KernelInvalidation], [MountEvent]) in
-                var out: [KernelInvalidation] = []
-                var events: [MountEvent] = []
-                try applyLocked(change, w, &out, &events)
-                return (out, events)
-            }
+            let invalidations = try apply([change], cursor: nil)
             if !invalidations.isEmpty { observer.invalidate(invalidations) }
-            for e in events { observer.event(e) }
         } catch {
             logger.error("cannot apply a change held back while the file was open for writing", metadata: ["error": "\(error)"])
         }
@@ -156,7 +151,12 @@ extension SyncEngine {
             if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty { return }
             // Open for writing: a write may come, and its upload (on this base) would then meet
             // this change as a conflict. Held back until the last writer closes.
-            if state.withLock({ s in s.openForWriting[local.ino].map { _ in s.deferredChanges[local.ino] = change } != nil }) { return }
+            let heldBack = state.withLock { s -> Bool in
+                guard s.openForWriting[local.ino] != nil else { return false }
+                s.deferredChanges[local.ino] = change
+                return true
+            }
+            if heldBack { return }
             let oldParent = local.parent, oldName = local.name
             if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
                 try makeRoom(for: clash, w)

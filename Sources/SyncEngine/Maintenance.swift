@@ -30,11 +30,11 @@ extension SyncEngine {
             if let refused { throw refused }
             return
         }
-        let pending = try store.read { try $0.pendingOps(for: ino) }
-        if item.content == .dirty || pending > 0 { throw EvictRefusal.unsentChanges }
         // An open file's descriptors read and write its cache file: removing it under a writer
         // lost both the old content and what the writer wrote next.
         if isOpen(ino) { throw EvictRefusal.inUse }
+        let pending = try store.read { try $0.pendingOps(for: ino) }
+        if item.content == .dirty || pending > 0 { throw EvictRefusal.unsentChanges }
         downloads.cancel(ino)
         try store.write { w in
             guard var now = try w.reader.item(ino), now.content != .dirty else { return }
@@ -164,7 +164,7 @@ extension SyncEngine {
             guard used > limit else { return }
             for candidate in try store.read({ try $0.evictionCandidates(limit: 1000) }) {
                 if used <= limit { break }
-                if isOpen(candidate.ino) || downloads.progress(candidate.ino) != nil { continue }
+                if downloads.progress(candidate.ino) != nil { continue }
                 do {
                     try evict(candidate.ino)
                     used -= candidate.cachedBytes

@@ -335,7 +335,7 @@ public final class FileSystem: Sendable {
         let local = item.content.isWhole || item.content == .stale
         let handle = register(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded,
                                      digest: local ? nil : item.serverDigest, knownLocal: local))
-        let (oldPages, oldCopyOpen) = pagesOfOldCopy(ino, opening: handle)
+        let (oldPages, oldCopyOpen) = pagesOfOldCopy(ino)
         engine.didOpen(ino, forWriting: writable)
         if truncate {
             do { try setSize(ino, 0, fd: fd) } catch {
@@ -354,7 +354,7 @@ public final class FileSystem: Sendable {
     /// Whether the kernel's pages of `ino` may hold a replaced version's bytes, and whether a
     /// handle still reads that version. An open must then not keep those pages; and while such
     /// a handle is open, the new one bypasses the page cache, which the two would share.
-    func pagesOfOldCopy(_ ino: Int64, opening handle: UInt64) -> (pages: Bool, oldCopyOpen: Bool) {
+    func pagesOfOldCopy(_ ino: Int64) -> (pages: Bool, oldCopyOpen: Bool) {
         guard pagesOfOldCopies.withLock({ $0.contains(ino) }) else { return (false, false) }
         let open = handles.withLock { s in s.open.values.contains { $0.ino == ino && $0.oldCopy } }
         // The last old copy closed: this open (which does not keep the cache) drops its pages.
