@@ -283,6 +283,12 @@ public struct LocalReader {
         try items("SELECT * FROM items WHERE content = 'dirty' AND ino NOT IN (SELECT ino FROM outbox)")
     }
 
+    /// Files with local changes and a queued upload: at startup, each is checked for writes
+    /// after the close that queued it.
+    public func dirtyWithUploads() throws -> [LocalItem] {
+        try items("SELECT * FROM items WHERE content = 'dirty' AND ino IN (SELECT ino FROM outbox WHERE op = 'content')")
+    }
+
     public func pinnedNeedingContent() throws -> [LocalItem] {
         try items("SELECT * FROM items WHERE kind = 'file' AND pinned = 1 AND content IN ('placeholder', 'partial', 'stale')")
     }
@@ -388,6 +394,12 @@ public struct LocalWriter {
     /// another identity), and it must still go, whatever happens to the row later.
     public func dropOps(for ino: Int64) throws {
         try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ? AND op != 'delete'").execute(arguments: [ino])
+    }
+
+    /// Drops the queued uploads of the file `ino`: a write into it failed, and the version an
+    /// earlier close queued is no longer what the file holds.
+    public func dropUploads(of ino: Int64) throws {
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ? AND op = 'content'").execute(arguments: [ino])
     }
 
     /// Marks an op as being sent: from now on a new change of the same kind gets its own op

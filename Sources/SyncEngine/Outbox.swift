@@ -17,6 +17,10 @@ extension SyncEngine {
         case again
         /// Try again later; `offline` stops the whole pass.
         case later(String, after: Duration, offline: Bool)
+        /// A writer has the file open and wrote since the last close or fsync: the content
+        /// goes up once one saves it (which wakes the outbox), never a snapshot of what a
+        /// writer may be halfway through.
+        case heldForWriter
     }
 
     /// How the sending of one outbox entry ended; nil when it was gone before it was sent.
@@ -50,7 +54,7 @@ extension SyncEngine {
                 guard let outcome else { continue }
                 switch outcome {
                 case .done: break
-                case .again: skipped.insert(seq)
+                case .again, .heldForWriter: skipped.insert(seq)
                 case .later(let why, let delay, let isOffline):
                     deferEntry(seq, ino: ino, why: why, delay: delay, offline: isOffline)
                     skipped.insert(seq)
@@ -192,6 +196,9 @@ extension SyncEngine {
     }
 
     func run(_ entry: OutboxEntry) async -> Outcome {
+        // Before it is marked started, so that the writer's close joins this entry instead of
+        // queueing another (sendContent checks again, race-free).
+        if entry.op == .content && uploadableGeneration(entry.ino) == nil { return .heldForWriter }
         state.withLock { _ = $0.uploading.insert(entry.ino) }
         defer { state.withLock { s in s.uploading.remove(entry.ino); s.uploadProgress[entry.ino] = nil } }
         do {
@@ -289,7 +296,9 @@ extension SyncEngine {
 
     func sendContent(_ item: LocalItem, parentID: ItemID, seq: Int64) async throws -> Outcome {
         if item.content != .dirty && item.revision != nil { return .done }
-        let generation = state.withLock { $0.writeGenerations[item.ino] ?? 0 }
+        // A write after this (a writer that opens and truncates) changes the generation, and
+        // the snapshot is then not sent.
+        guard let generation = uploadableGeneration(item.ino) else { return .heldForWriter }
         // Upload a snapshot, never the live cache file: a writer (truncate, another open) may
         // change it at any moment, and what goes up must be one whole version. A small file's
         // snapshot is a copy in memory, sent inline with its create or update (one request);
@@ -643,15 +652,23 @@ extension SyncEngine {
     /// A file that was open for writing when the daemon died has local changes and no queued
     /// upload. Its content may be half-written, so it is never uploaded on its own: it is kept
     /// here, reported in uploadingError, and goes up when it is saved (closed) again.
+    ///
+    /// So does a file whose queued upload an earlier close made (every close queues one) while
+    /// a descriptor stayed open and went on writing: its cache file no longer has the size
+    /// that close recorded. (Writes after it that kept the size cannot be told apart; the
+    /// content as it is then goes up.)
     func requeueUnclosedWrites() {
         do {
             try store.write { w in
-                for var item in try w.reader.dirtyWithoutOps() where item.uploadError == nil {
+                let grown = try w.reader.dirtyWithUploads().filter { item in cache.size(item.ino).map { $0 != item.size } ?? false }
+                // A file open now was opened by this run (the mount may serve before this runs).
+                for var item in try w.reader.dirtyWithoutOps().filter({ $0.uploadError == nil }) + grown where !isOpen(item.ino) {
                     if let size = cache.size(item.ino) {
                         item.size = size
                         item.cachedBytes = size
                     }
                     item.uploadError = "the mount stopped while this file was open for writing; it is kept on this device and uploaded when it is saved again"
+                    try w.dropUploads(of: item.ino)
                     try w.update(item)
                 }
             }

@@ -36,7 +36,9 @@ public final class SyncEngine: Sendable {
         var lastError: String?
         /// Bumped on every local write to a file: an upload whose file changed meanwhile is redone.
         var writeGenerations: [Int64: UInt64] = [:]
-        /// Files open for writing: never evicted, and their uploads wait for the last close.
+        /// The generation the last close or fsync of a writer saved (see `uploadableGeneration`).
+        var savedGenerations: [Int64: UInt64] = [:]
+        /// Files open for writing: never evicted, and their uploads wait for a save (`uploadableGeneration`).
         var openForWriting: [Int64: Int] = [:]
         /// The server's latest change of a file that was open for writing when it arrived, held
         /// back until the last writer closes (see `applyDeferredChange`).
@@ -100,7 +102,33 @@ public final class SyncEngine: Sendable {
             return s.deferredChanges.removeValue(forKey: ino)
         }
         if let deferred { applyDeferredChange(deferred) }
+        // The last writer closed: an upload held for it goes now.
+        if forWriting && !isOpenForWriting(ino) { outboxSignal.yield() }
         maintenanceSignal.yield()
+    }
+
+    /// How many local writes the file has had (in this run of the mount).
+    public func writeGeneration(_ ino: Int64) -> UInt64 { state.withLock { $0.writeGenerations[ino] ?? 0 } }
+
+    /// An fsync, or the release of a descriptor, recorded the file's writes up to `generation`
+    /// and queued them: that version may go up even while another writer keeps the file open.
+    public func didSave(_ ino: Int64, generation: UInt64) {
+        state.withLock { s in s.savedGenerations[ino] = max(s.savedGenerations[ino] ?? 0, generation) }
+        outboxSignal.yield()
+    }
+
+    /// The file's write generation when its content may be uploaded now; nil while a writer
+    /// has it open and the file was written since the last release or fsync of a writer: the
+    /// content may then be half-written (`cat v1 > f` queues v1; a writer that opens f with
+    /// `O_TRUNC` right after must not send the empty file in its place). What goes up is
+    /// always what a release or fsync saved; with no writer open, every write was followed by
+    /// a release (a crash is handled at startup, see `requeueUnclosedWrites`).
+    func uploadableGeneration(_ ino: Int64) -> UInt64? {
+        state.withLock { s in
+            let generation = s.writeGenerations[ino] ?? 0
+            guard s.openForWriting[ino] != nil, (s.savedGenerations[ino] ?? 0) != generation else { return generation }
+            return nil
+        }
     }
 
     public func didAccess(_ ino: Int64) {

@@ -97,7 +97,10 @@ extension SyncEngine {
                     alone.append(entry)
                     continue
                 }
-                let generation = state.withLock { $0.writeGenerations[item.ino] ?? 0 }
+                guard let generation = uploadableGeneration(item.ino) else {
+                    results.append((entry.seq, entry.ino, .heldForWriter))
+                    continue
+                }
                 // A snapshot in memory, never the live file (see sendContent).
                 guard let bytes = try cache.readWhole(item.ino, limit: SyncProtocol.maxInlineContent),
                       contentBytes + bytes.count <= SyncProtocol.maxBatchContent

@@ -41,6 +41,9 @@ public final class FileSystem: Sendable {
         /// Reads a version the file has since left: a stale copy whose cache file a download
         /// of the new version replaced. The kernel's pages of this inode may be of either.
         var oldCopy = false
+        /// The file's write generation when this handle last recorded its writes and queued
+        /// their upload (flush, fsync): a release or flush with nothing new commits nothing.
+        var savedGeneration: UInt64?
     }
 
     /// The size and time of a file being written, ahead of the database until the last close.
@@ -397,6 +400,7 @@ public final class FileSystem: Sendable {
                 let code = errno
                 if code == EINTR { continue }
                 handles.withLock { $0.open[handle]?.writeError = code }
+                engine.didWrite(h.ino)  // part of it may have landed: a snapshot taken meanwhile is not sent
                 // Disk full is ENOSPC to the writer, never EIO, and this version is not uploaded.
                 // Free the reserve so that the close can still record that.
                 if code == ENOSPC || code == EDQUOT { cache.dropReserve() }
@@ -435,25 +439,55 @@ public final class FileSystem: Sendable {
         }
     }
 
+    /// Every close(2) of a descriptor that wrote records the writes and queues their upload
+    /// before it returns: the release after the last close comes later, on its own, and a
+    /// daemon killed in between would otherwise find a file its writer had closed without a
+    /// queued upload, and hold it back as half-written.
+    ///
+    /// It is not a save, though: the upload still waits for the release (or an fsync). A
+    /// close is also the shell's `cmd > f`, which opens f, truncates it, dup2s the descriptor
+    /// to 1 and closes the original before `cmd` writes a byte. After a crash, a file that
+    /// grew past the size its last close recorded is held back as half-written (see
+    /// `SyncEngine.requeueUnclosedWrites`).
     public func flush(_ handle: UInt64) throws(FSError) {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
         if let code = h.writeError { throw code == ENOSPC || code == EDQUOT ? .noSpace : .io }
+        _ = try recordWrites(handle, h)
     }
 
-    /// Makes the written content durable and queues its upload (SPEC: on close or fsync).
+    /// Makes the written content durable and queues its upload (SPEC: on close or fsync),
+    /// which goes even while the file stays open: the writer said this version is whole.
     public func fsync(_ handle: UInt64) throws(FSError) {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
         if let code = h.writeError { throw code == ENOSPC || code == EDQUOT ? .noSpace : .io }
         guard Glibc.fsync(h.fd) == 0 else { throw errno == ENOSPC ? .noSpace : .io }
-        if h.wrote { try persistWrites(h, queueUpload: true) }
+        if let generation = try recordWrites(handle, h) { engine.didSave(h.ino, generation: generation) }
         // The content is on disk: so must be the record that it is to be uploaded.
         do { try store.makeDurable() } catch { throw .io }
+    }
+
+    /// Records the handle's writes and queues their upload, unless nothing was written since
+    /// it last did. The write generation recorded; nil when the handle never wrote.
+    func recordWrites(_ handle: UInt64, _ h: Handle) throws(FSError) -> UInt64? {
+        guard h.wrote else { return nil }
+        // Read first: a write landing during the commit bumps it, and the next save records it.
+        let generation = engine.writeGeneration(h.ino)
+        guard h.savedGeneration != generation else { return generation }
+        try persistWrites(h, queueUpload: true)
+        handles.withLock { $0.open[handle]?.savedGeneration = generation }
+        return generation
     }
 
     public func release(_ handle: UInt64) {
         guard let h = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
         if h.wrote {
-            do { try persistWrites(h, queueUpload: h.writeError == nil) } catch {
+            let generation = engine.writeGeneration(h.ino)
+            do {
+                // Mostly recorded by the close (flush) already.
+                if h.writeError != nil || h.savedGeneration != generation { try persistWrites(h, queueUpload: h.writeError == nil) }
+                // The writer is done: its version may go up even while another writer has the file open.
+                if h.writeError == nil { engine.didSave(h.ino, generation: generation) }
+            } catch {
                 logger.error("cannot record a closed file", metadata: ["item.ino": "\(h.ino)", "error": "\(error)"])
             }
         }
@@ -491,6 +525,7 @@ public final class FileSystem: Sendable {
             item.cachedBytes = size
             if let code = h.writeError {
                 item.uploadError = "a write failed (\(String(cString: strerror(code)))); this version is not uploaded"
+                try w.dropUploads(of: h.ino)
             } else if queueUpload {
                 item.uploadError = nil
             }

@@ -30,6 +30,41 @@ struct RecoveryTests {
         }
     }
 
+    @Test("a file its writer closed is uploaded after a crash that came before the release")
+    func closedBeforeReleaseSurvivesCrash() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        let content = pattern(9_000, seed: 8)
+        let opened = try first.fs.createFile(parent: rootIno, name: n("closed.bin"), mode: 0o644, flags: O_CREAT | O_WRONLY, uid: 0, gid: 0)
+        _ = try first.fs.write(opened.handle, offset: 0, data: content)
+        // close(2) returned (flush), and the daemon died before the kernel's release came.
+        try first.fs.flush(opened.handle)
+        let second = try first.restarted()
+        try await second.running {
+            try await eventually("the closed file to be uploaded by the new daemon") { second.remote.content(atPath: "/closed.bin") == content }
+        }
+    }
+
+    @Test("a file written on after a close that queued its upload is kept, not uploaded, after a crash")
+    func writesAfterTheSavePointAreHeldAfterCrash() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        let opened = try first.fs.createFile(parent: rootIno, name: n("log.txt"), mode: 0o644, flags: O_CREAT | O_WRONLY, uid: 0, gid: 0)
+        _ = try first.fs.write(opened.handle, offset: 0, data: Array("first line\n".utf8))
+        try first.fs.flush(opened.handle)  // a child that shared the descriptor exited
+        _ = try first.fs.write(opened.handle, offset: 11, data: Array("half a".utf8))
+        let ino = opened.attributes.ino
+        try first.writeNewFile("after.txt", Array("after".utf8))
+        let second = try first.restarted()
+        try await second.running([.outbox]) {
+            try await eventually("the file queued after it to be uploaded") { second.remote.content(atPath: "/after.txt") != nil }
+            #expect(second.remote.content(atPath: "/log.txt") == nil)
+            #expect(try second.xattr(ino, "user.ubiq.uploadingError")?.hasPrefix("the mount stopped while this file was open for writing") == true)
+            #expect(try second.local(ino)?.size == 17, "the row shows what the file holds")
+            #expect(try await second.read(ino) == Array("first line\nhalf a".utf8), "nothing is lost")
+        }
+    }
+
     @Test("a create whose answer was lost is retried and makes one item")
     func lostCreateAnswer() async throws {
         let h = try Harness()

@@ -41,6 +41,41 @@ struct UploadTests {
         #expect(try h.pending(ino) == [.content])
     }
 
+    @Test("an upload queued by a close waits while a writer that truncated the file has it open, and sends what its fsync or release saved")
+    func uploadWaitsForAWriterHalfway() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        // `cat v1 > f`, then at once `exec 3>f; printf part >&3`: v1's upload is queued, and
+        // the file now holds a version no one has closed.
+        let ino = try h.writeNewFile("f.txt", Array("version one".utf8))
+        let writer = try await h.fs.open(ino, flags: O_WRONLY | O_TRUNC)
+        _ = try h.fs.write(writer.handle, offset: 0, data: Array("part".utf8))
+        // Queued after it, in the same batch: once this is on the server, f.txt was looked at.
+        try h.writeNewFile("later.txt", Array("later".utf8))
+        try await h.running([.outbox]) {
+            try await eventually("the file queued after f.txt to be uploaded") { h.remote.content(atPath: "/later.txt") != nil }
+            #expect(h.remote.content(atPath: "/f.txt") == nil, "nothing of f.txt went up while its writer was halfway")
+            let queued = try h.outbox()
+            #expect(queued.map(\.op) == [.content] && queued.first?.ino == ino, "\(queued)")
+            let error = try h.xattr(ino, "user.ubiq.uploadingError")
+            #expect(error == nil, "waiting for a writer is not an error")
+            // A close of another descriptor of it (the shell's `cmd > f` closes one before cmd
+            // writes) records the state, but the writer is still halfway.
+            try h.fs.flush(writer.handle)
+            try h.writeNewFile("later2.txt", Array("later".utf8))
+            try await eventually("the file queued after the close to be uploaded") { h.remote.content(atPath: "/later2.txt") != nil }
+            #expect(h.remote.content(atPath: "/f.txt") == nil, "a close of one descriptor is not the writer's save")
+            // fsync is: that version goes up while the file stays open.
+            try h.fs.fsync(writer.handle)
+            try await eventually("the fsynced version to go up") { h.remote.content(atPath: "/f.txt") == Array("part".utf8) }
+            _ = try h.fs.write(writer.handle, offset: 4, data: Array(" two".utf8))
+            h.fs.release(writer.handle)
+            try await eventually("the closed version to go up") { h.remote.content(atPath: "/f.txt") == Array("part two".utf8) }
+            try await eventually("the outbox to drain") { try h.outbox().isEmpty }
+            #expect(try h.local(ino)?.content == .current)
+        }
+    }
+
     @Test("new small files go up in batches; one the server refuses is handled on its own")
     func smallFilesGoUpInBatches() async throws {
         let h = try Harness()
