@@ -4,6 +4,7 @@
 //   enum MountRecovery
 //     static func clearDeadMount(at:probeTimeout:) throws(FuseError) -> Finding
 //     enum Finding   .notMounted, .clearedDeadMount, .liveMount, .unresponsive
+//     static func state(at:probeTimeout:) -> MountState   the same probe, changing nothing
 //     static func mountTable() -> [(mountpoint, type)]   /proc/self/mountinfo, unescaped
 //
 // Why: after a crash (kill -9) the mount stays, and every access returns ENOTCONN until
@@ -44,22 +45,33 @@ public enum MountRecovery {
         at path: String, probeTimeout: Duration = .seconds(5)
     ) throws(FuseError) -> Finding {
         let target = try lexicalAbsolutePath(path)
-        guard let fsType = mountedFileSystemType(at: target) else { return .notMounted }
-        guard fsType == "fuse" || fsType.hasPrefix("fuse.") || fsType == "fuseblk" else { return .liveMount }
-
-        switch probeStatfs(target, timeout: probeTimeout) {
-        case nil:
-            return .unresponsive
-        case ENOTCONN?:
+        switch state(at: target, probeTimeout: probeTimeout) {
+        case .notMounted: return .notMounted
+        case .live: return .liveMount
+        case .unresponsive: return .unresponsive
+        case .dead:
             do {
                 try Unmounter.unmount(target, lazy: false)
             } catch where error.errno == EBUSY {
                 try Unmounter.unmount(target, lazy: true)
             }
             return .clearedDeadMount
-        case _?:
-            // 0, or any other answer (EACCES from someone else's mount…): something is alive.
-            return .liveMount
+        }
+    }
+
+    public enum MountState: Sendable, Hashable {
+        case notMounted, dead, live, unresponsive
+    }
+
+    /// What is mounted at the absolute `path`, probed as `clearDeadMount` does, and left as it is.
+    public static func state(at path: String, probeTimeout: Duration = .seconds(5)) -> MountState {
+        guard let fsType = mountedFileSystemType(at: path) else { return .notMounted }
+        guard fsType == "fuse" || fsType.hasPrefix("fuse.") || fsType == "fuseblk" else { return .live }
+        switch probeStatfs(path, timeout: probeTimeout) {
+        case nil: return .unresponsive
+        case ENOTCONN?: return .dead
+        // 0, or any other answer (EACCES from someone else's mount…): something is alive.
+        case _?: return .live
         }
     }
 

@@ -35,6 +35,12 @@ struct Login: AsyncParsableCommand {
     @Option(help: "Account name.") var user: String
     @Flag(help: "Read the password from the first line of standard input.") var passwordStdin = false
 
+    func validate() throws {
+        guard let url = URL(string: server), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = url.host, !host.isEmpty
+        else { throw ValidationError("--server takes an http:// or https:// URL, for example http://127.0.0.1:8420") }
+    }
+
     func run() async throws {
         let password: String
         if passwordStdin {

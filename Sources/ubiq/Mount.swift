@@ -30,10 +30,7 @@ struct Mount: AsyncParsableCommand {
 
     func run() async throws {
         let target = Paths.absolute(mountpoint)
-        var isDir: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: target, isDirectory: &isDir) || isDeadMount(target) else {
-            throw Failure("\(target) does not exist")
-        }
+        try checkMountpoint(target)
         let login = try await resolveLogin()
         let cacheDir = cache.map(Paths.absolute) ?? (Paths.cache + "/mounts/" + ContentDigest(bytes: SHA256.hash(data: Array(target.utf8))).hex.prefix(16))
         let config = MountConfiguration(
@@ -52,9 +49,23 @@ struct Mount: AsyncParsableCommand {
         try await startInBackground(config)
     }
 
-    func isDeadMount(_ path: String) -> Bool {
+    /// Refused before anything starts (exit 1): a daemon started on a live mount would wait
+    /// for that mount's cache folder and die, while this command saw the old mount answer and
+    /// said "mounted". A dead mount (its daemon killed) is fine: the daemon clears it.
+    func checkMountpoint(_ target: String) throws {
+        // The mount table first: a hung mount must not hang this command (the probe has a deadline).
+        switch MountRecovery.state(at: target) {
+        case .dead: return
+        case .live, .unresponsive: throw Failure(MountDaemonError.alreadyMounted(target).description)
+        case .notMounted: break
+        }
         var st = stat()
-        return stat(path, &st) != 0 && errno == ENOTCONN
+        guard stat(target, &st) == 0 else { throw Failure("\(target) does not exist") }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw Failure("\(target) is not a directory") }
+        // Like rclone: files in the folder would be hidden while it is mounted, and look lost.
+        let entries = try? FileManager.default.contentsOfDirectory(atPath: target)
+        guard let entries else { throw Failure("cannot read \(target)") }
+        if !entries.isEmpty { throw Failure("\(target) is not empty; mount on an empty folder (its \(entries.count) entries would be hidden while mounted)") }
     }
 
     /// --server with its stored login; else the stored login; else the embedded default.

@@ -44,6 +44,27 @@ import Testing
         }
     }
 
+    @Test func mountRefusesALiveMountAFileAndAFolderWithFilesAndLoginABadURL() async throws {
+        try await withDevices(["A"]) { _, devices in
+            let a = devices[0]
+            try await a.must(#"echo kept > "$M/kept.txt""#)
+            // The same mountpoint and cache again: refused at once, and the mount goes on.
+            let again = try await a.ubiq(["mount", a.mountpoint, "--server", a.serverURL, "--cache", a.cache, "--device", a.name], timeout: .seconds(20))
+            #expect(again.status == 1 && again.stderr.contains("already mounted") && !again.stdout.contains("mounted"), "\(again)")
+            let file = a.cache + "/../plain-file"
+            try await a.must("touch \(file) && mkdir -p \(a.cache)/../full && touch \(a.cache)/../full/x")
+            for (path, why) in [(file, "is not a directory"), (a.cache + "/../full", "is not empty"), (a.cache + "/../missing", "does not exist")] {
+                let r = try await a.ubiq(["mount", path, "--server", a.serverURL, "--cache", a.cache + "-other"], timeout: .seconds(20))
+                #expect(r.status == 1 && r.stderr.contains(why) && r.stderr.split(separator: "\n").count == 1, "\(path): \(r)")
+            }
+            let login = try await a.ubiq(["login", "--server", "localhost:8420", "--user", "x", "--password-stdin"], stdin: "pw\n")
+            #expect(login.status == 2 && login.stderr.contains("http://"), "\(login)")
+            // The first daemon is alive and still serves its mount.
+            #expect(try await a.must(#"cat "$M/kept.txt""#) == "kept\n")
+            #expect(try await a.daemonPID() != nil)
+        }
+    }
+
     @Test func evictIsRefusedWhileChangesAreUnsent() async throws {
         try await withDevices(["A"]) { server, devices in
             let a = devices[0]
