@@ -122,6 +122,13 @@ public final class LocalStore: Sendable {
             // merges name by name: these from here, every other name from the server.
             try db.execute(sql: "CREATE TABLE xattr_changes (ino INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY (ino, name)) WITHOUT ROWID")
         }
+        m.registerMigration("v5: contents sent in creates") { db in
+            // The digests this device sent in creates of a file whose answer it has not
+            // recorded. When such a create landed and its answer was lost (a crash, a dropped
+            // connection) and the file changed here since, the retry is refused (the id is
+            // taken): the server's item is ours if it holds one of these.
+            try db.execute(sql: "CREATE TABLE sent_creates (ino INTEGER NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (ino, digest)) WITHOUT ROWID")
+        }
         return m
     }
 
@@ -289,6 +296,12 @@ public struct LocalReader {
         try items("SELECT * FROM items WHERE content = 'dirty' AND ino IN (SELECT ino FROM outbox WHERE op = 'content')")
     }
 
+    /// The digests sent in creates of the file `ino` not yet answered (see `noteCreateSent`).
+    public func sentCreateDigests(of ino: Int64) throws -> Set<ContentDigest> {
+        Set(try String.fetchAll(try db.cachedStatement(sql: "SELECT digest FROM sent_creates WHERE ino = ?"), arguments: [ino])
+            .compactMap { try? ContentDigest(hex: $0) })
+    }
+
     public func pinnedNeedingContent() throws -> [LocalItem] {
         try items("SELECT * FROM items WHERE kind = 'file' AND pinned = 1 AND content IN ('placeholder', 'partial', 'stale')")
     }
@@ -394,6 +407,16 @@ public struct LocalWriter {
     /// another identity), and it must still go, whatever happens to the row later.
     public func dropOps(for ino: Int64) throws {
         try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ? AND op != 'delete'").execute(arguments: [ino])
+    }
+
+    /// Recorded before a create of the file `ino` with content `digest` is sent.
+    public func noteCreateSent(_ ino: Int64, digest: ContentDigest) throws {
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO sent_creates (ino, digest) VALUES (?, ?)").execute(arguments: [ino, digest.hex])
+    }
+
+    /// The file's create is answered (or it is gone): its sent contents no longer matter.
+    public func forgetSentCreates(of ino: Int64) throws {
+        try db.cachedStatement(sql: "DELETE FROM sent_creates WHERE ino = ?").execute(arguments: [ino])
     }
 
     /// Drops the queued uploads of the file `ino`: a write into it failed, and the version an

@@ -239,6 +239,8 @@ extension SyncEngine {
                     modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID))
             } catch let RemoteError.refused(code, _, current) where code == .nameExists {
                 return try await nameTaken(by: current, for: item.ino)
+            } catch let RemoteError.refused(code, _, _) where code == .itemIDTaken {
+                return try await adoptLostCreate(item, parentID: parentID)
             }
             // The answer and what changed while it was in flight, in one transaction.
             let followUps = try store.write { w in
@@ -334,6 +336,7 @@ extension SyncEngine {
                 result = try await remote.updateContent(item.itemID, UpdateContentRequest(
                     baseRevision: base, digest: digest, size: size, modified: item.modified, content: inline))
             } else {
+                try store.write { w in try w.noteCreateSent(item.ino, digest: digest) }
                 result = try await remote.createItem(Self.createRequest(item, parentID: parentID, digest: digest, size: size, content: inline))
             }
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
@@ -353,10 +356,46 @@ extension SyncEngine {
             return Self.contentConflict(current)
         } catch let RemoteError.refused(code, _, current) where code == .nameExists {
             return try await nameTaken(by: current, for: item.ino)
-        } catch let RemoteError.refused(code, _, _) where code == .itemNotFound || code == .itemIDTaken {
+        } catch let RemoteError.refused(code, _, _) where code == .itemIDTaken {
+            return try await adoptLostCreate(item, parentID: parentID)
+        } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
             return try resurrectLocal(item.ino)
         }
         return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
+    }
+
+    /// A create refused because its item ID is taken: this device's earlier create of the item
+    /// landed, its answer was lost (a crash, a dropped connection), and the item changed here
+    /// since (renamed, or written), so the retry is not the same create and the server does
+    /// not answer it with the item. IDs are random and only their creator sends them: the
+    /// server's item is that create. The row takes its revision, and what differs goes up as
+    /// the changes of an existing item. (Giving the row a new identity instead made it a
+    /// conflicted copy of itself, and the server's item never showed here.)
+    ///
+    /// A file whose server content is none that this device sent in a create was changed by
+    /// another device meanwhile: a conflict of content, which never overwrites it.
+    func adoptLostCreate(_ item: LocalItem, parentID: ItemID) async throws -> Outcome {
+        let current: ItemMetadata
+        do {
+            current = try await remote.item(item.itemID)
+        } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
+            return try resurrectLocal(item.ino)  // created and deleted since: the ID stays taken
+        }
+        if item.kind == .file, try !store.read({ try $0.sentCreateDigests(of: item.ino) }).contains(current.digest ?? .empty) {
+            return Self.contentConflict(current)
+        }
+        try store.write { w in
+            guard var now = try w.reader.item(item.ino), now.itemID == current.id, now.revision == nil else { return }
+            now.revision = current.revision
+            now.serverDigest = current.digest
+            try w.update(now)
+            try w.forgetSentCreates(of: now.ino)
+            if now.name != current.name || parentID != current.parentID { try w.enqueue(.move, ino: now.ino) }
+            if now.mode != current.mode || now.modified != current.modified { try w.enqueue(.attributes, ino: now.ino) }
+            if now.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: now.ino) }
+        }
+        outboxSignal.yield()
+        return .again
     }
 
     /// Records a successful upload, in one transaction with what changed while it was in
@@ -377,6 +416,7 @@ extension SyncEngine {
     /// something more was queued.
     func recordUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64, _ w: LocalWriter) throws -> Bool {
         try w.dequeue(seq)
+        if item.revision == nil { try w.forgetSentCreates(of: item.ino) }
         guard var now = try w.reader.item(item.ino) else {
             try w.updatePendingDelete(of: result.id, revision: result.revision)
             try passToSuccessor(result, sentFrom: item.revision, w)

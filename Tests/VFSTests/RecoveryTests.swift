@@ -65,6 +65,81 @@ struct RecoveryTests {
         }
     }
 
+    @Test("a file whose create landed with its answer lost, then renamed and written here, stays one item (no conflicted copy of itself)",
+          arguments: [5_000, 300_000])  // in a batch, and alone
+    func lostCreateAnswerThenChanged(size: Int) async throws {
+        let first = try Harness()
+        defer { first.close() }
+        first.remote.loseAnswer(.createItem)
+        first.remote.loseAnswer(.createItems)
+        let ino = try first.writeNewFile("first.bin", pattern(size, seed: 1))
+        // A small file's neighbour makes it go up in a batch.
+        try first.writeNewFile("other.txt", Array("other".utf8))
+        try await first.running([.outbox]) {
+            try await eventually("the creates to land on the server") { first.remote.tree().count == 2 }
+        }
+        #expect(first.remote.calls(.createItems) == (size > SyncProtocol.maxInlineContent ? 0 : 1), "small: one batch; large: alone")
+        // The daemon stopped before the retry (a crash). Then renamed and written, so the
+        // retry is not the same create.
+        let h = try first.restarted()
+        try h.fs.rename(parent: rootIno, name: n("first.bin"), newParent: rootIno, newName: n("second.bin"), noReplace: false, exchange: false)
+        try await h.overwrite(ino, pattern(size + 10, seed: 2))
+        // The outbox alone: the feed bringing the item first would settle it another way.
+        try await h.running([.outbox]) {
+            try await eventually("the changes to reach the server") { try h.outbox().isEmpty }
+            #expect(h.remote.tree() == [
+                "/second.bin": .init(kind: .file, digest: sha(pattern(size + 10, seed: 2))),
+                "/other.txt": .init(kind: .file, digest: sha(Array("other".utf8))),
+            ])
+            #expect(try h.children().sorted() == ["other.txt", "second.bin"])
+            #expect(try h.local(ino)?.itemID == h.remote.item(atPath: "/second.bin")?.id, "the server's item is this file")
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+        }
+    }
+
+    @Test("a file whose lost create another device then changed is not overwritten by this device's later edit")
+    func lostCreateAnswerThenChangedElsewhere() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        first.remote.loseAnswer(.createItem)
+        let ino = try first.writeNewFile("shared.bin", pattern(300_000, seed: 1))
+        try await first.running([.outbox]) {
+            try await eventually("the create to land on the server") { first.remote.item(atPath: "/shared.bin") != nil }
+        }
+        let theirs = pattern(1_000, seed: 9)
+        _ = try first.remote.otherDevice.updateContent(try #require(first.remote.item(atPath: "/shared.bin")).id, to: theirs)
+        let h = try first.restarted()
+        try await h.overwrite(ino, pattern(300_010, seed: 2))
+        try await h.running([.outbox]) {
+            try await eventually("the edit to wait as a conflict") { try h.xattr(ino, "user.ubiq.uploadingError")?.hasPrefix("conflict") == true }
+            #expect(h.remote.content(atPath: "/shared.bin") == theirs, "the other device's version stays")
+            #expect(h.remote.tree().count == 1)
+            #expect(Set(try h.pending(ino)) == [.content], "this device's edit is kept, queued")
+        }
+    }
+
+    @Test("a folder whose create landed with its answer lost, then renamed here, stays one folder")
+    func lostFolderCreateAnswerThenRenamed() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        first.remote.loseAnswer(.createItem)
+        let folder = try first.mkdir("made")
+        try await first.running([.outbox]) {
+            try await eventually("the create to land on the server") { first.remote.item(atPath: "/made") != nil }
+        }
+        let h = try first.restarted()
+        try h.fs.rename(parent: rootIno, name: n("made"), newParent: rootIno, newName: n("renamed"), noReplace: false, exchange: false)
+        try h.writeNewFile("inside.txt", in: folder, Array("inside".utf8))
+        try await h.running([.outbox]) {
+            try await eventually("the changes to reach the server") { try h.outbox().isEmpty }
+            #expect(h.remote.tree() == [
+                "/renamed": .init(kind: .folder, digest: nil),
+                "/renamed/inside.txt": .init(kind: .file, digest: sha(Array("inside".utf8))),
+            ])
+            #expect(try h.children() == ["renamed"])
+        }
+    }
+
     @Test("a create whose answer was lost is retried and makes one item")
     func lostCreateAnswer() async throws {
         let h = try Harness()
