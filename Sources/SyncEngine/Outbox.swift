@@ -435,9 +435,12 @@ extension SyncEngine {
         now.serverDigest = digest
         now.uploadError = nil
         try settleXattrChanges(now, heldByServer: result, w)
-        if state.withLock({ $0.writeGenerations[item.ino] ?? 0 }) == generation && now.content == .dirty {
-            now.content = .current
+        let clean = state.withLock { s in
+            guard (s.writeGenerations[item.ino] ?? 0) == generation && now.content == .dirty else { return false }
+            if s.openForWriting[item.ino] != nil { s.cleanedWhileOpen.insert(item.ino) }
+            return true
         }
+        if clean { now.content = .current }
         now.cachedBytes = max(now.cachedBytes, size)
         try w.update(now)
         return item.revision == nil ? try followUpCreate(item, result, w) : false

@@ -38,6 +38,8 @@ public final class SyncEngine: Sendable {
         var writeGenerations: [Int64: UInt64] = [:]
         /// The generation the last close or fsync of a writer saved (see `uploadableGeneration`).
         var savedGenerations: [Int64: UInt64] = [:]
+        /// Files an upload recorded as clean while open for writing (see `didWrite`).
+        var cleanedWhileOpen: Set<Int64> = []
         /// Files open for writing: never evicted, and their uploads wait for a save (`uploadableGeneration`).
         var openForWriting: [Int64: Int] = [:]
         /// The server's latest change of a file that was open for writing when it arrived, held
@@ -80,8 +82,15 @@ public final class SyncEngine: Sendable {
     /// A local change was queued: wake the uploader.
     public func outboxChanged() { outboxSignal.yield() }
 
-    public func didWrite(_ ino: Int64) {
-        state.withLock { $0.writeGenerations[ino, default: 0] &+= 1 }
+    /// True when the row must be marked as having local changes again: an upload (after an
+    /// fsync) recorded the file as clean while its writer kept it open, and the writer's
+    /// handle had marked it already.
+    @discardableResult
+    public func didWrite(_ ino: Int64) -> Bool {
+        state.withLock { s in
+            s.writeGenerations[ino, default: 0] &+= 1
+            return s.cleanedWhileOpen.remove(ino) != nil
+        }
     }
 
     public func didOpen(_ ino: Int64, forWriting: Bool) {
@@ -99,6 +108,7 @@ public final class SyncEngine: Sendable {
             s.openForWriting[ino, default: 1] -= 1
             guard s.openForWriting[ino] == 0 else { return nil }
             s.openForWriting[ino] = nil
+            s.cleanedWhileOpen.remove(ino)
             return s.deferredChanges.removeValue(forKey: ino)
         }
         if let deferred { applyDeferredChange(deferred) }

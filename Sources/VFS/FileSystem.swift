@@ -408,7 +408,7 @@ public final class FileSystem: Sendable {
             }
             done += n
         }
-        engine.didWrite(h.ino)
+        let markAgain = engine.didWrite(h.ino)
         let end = offset + Int64(done)
         let now = Self.now()
         // The size the database holds is needed only by the first write since the open; later
@@ -420,7 +420,7 @@ public final class FileSystem: Sendable {
             entry.modified = now
             l[h.ino] = entry
         }
-        if !h.wrote { markWritten(handle) }
+        if !h.wrote || markAgain { markWritten(handle) }
         return done
     }
 

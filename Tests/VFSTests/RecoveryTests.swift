@@ -273,7 +273,7 @@ struct OpenFileTests {
     }
 
     @Test(
-        "fsync uploads the file while it stays open"
+        "fsync uploads the file while it stays open, and a write after that marks it changed again"
     )
     func fsyncUploads() async throws {
         let h = try Harness()
@@ -284,7 +284,15 @@ struct OpenFileTests {
             _ = try h.fs.write(opened.handle, offset: 0, data: content)
             try h.fs.fsync(opened.handle)
             try await eventually("the fsynced content to reach the server") { h.remote.content(atPath: "/log.txt") == content }
+            let ino = opened.attributes.ino
+            try await eventually("the upload to be recorded") { try h.xattr(ino, "user.ubiq.isUploaded") == "1" }
+            // The writer goes on: the file has local changes again at once (a crash now must
+            // not leave it recorded as clean with new bytes in its cache file).
+            _ = try h.fs.write(opened.handle, offset: Int64(content.count), data: Array(" and more".utf8))
+            #expect(try h.local(ino)?.content == .dirty)
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
             h.fs.release(opened.handle)
+            try await eventually("the closed content to reach the server") { h.remote.content(atPath: "/log.txt") == content + Array(" and more".utf8) }
         }
     }
 }
