@@ -17,9 +17,9 @@ extension SyncEngine {
         case again
         /// Try again later; `offline` stops the whole pass.
         case later(String, after: Duration, offline: Bool)
-        /// A writer has the file open and wrote since the last close or fsync: the content
-        /// goes up once one saves it (which wakes the outbox), never a snapshot of what a
-        /// writer may be halfway through.
+        /// A writer has the file open and it was written since the last release or fsync of a
+        /// writer: the content goes up once one saves it (which wakes the outbox), never a
+        /// snapshot of what a writer may be halfway through (see `uploadableGeneration`).
         case heldForWriter
     }
 

@@ -36,7 +36,7 @@ public final class SyncEngine: Sendable {
         var lastError: String?
         /// Bumped on every local write to a file: an upload whose file changed meanwhile is redone.
         var writeGenerations: [Int64: UInt64] = [:]
-        /// The generation the last close or fsync of a writer saved (see `uploadableGeneration`).
+        /// The generation the last release or fsync of a writer saved (see `uploadableGeneration`).
         var savedGenerations: [Int64: UInt64] = [:]
         /// Files an upload recorded as clean while open for writing (see `didWrite`).
         var cleanedWhileOpen: Set<Int64> = []
