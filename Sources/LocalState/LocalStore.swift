@@ -269,6 +269,19 @@ public struct LocalReader {
         try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox")) ?? 0
     }
 
+    /// The oldest queued `op` of `ino`, of those due by `dueBy` when given (indexed: a queue of
+    /// any length is not read through).
+    public func queuedEntry(_ op: OutboxOp, of ino: Int64, dueBy: Timestamp = .max) throws -> OutboxEntry? {
+        try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM outbox WHERE ino = ? AND op = '\(op.rawValue)' AND not_before <= ? ORDER BY seq LIMIT 1"),
+                         arguments: [ino, dueBy]).map(OutboxEntry.init(row:))
+    }
+
+    /// The queued deletion of the server item `id`, if any.
+    public func queuedDelete(of id: ItemID) throws -> OutboxEntry? {
+        try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM outbox WHERE op = 'delete' AND item_id = ? ORDER BY seq LIMIT 1"), arguments: [id.rawValue])
+            .map(OutboxEntry.init(row:))
+    }
+
     public func outboxEntry(_ seq: Int64) throws -> OutboxEntry? {
         try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM outbox WHERE seq = ?"), arguments: [seq]).map(OutboxEntry.init(row:))
     }

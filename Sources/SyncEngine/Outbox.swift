@@ -289,7 +289,7 @@ extension SyncEngine {
         if parentIno == LocalItem.rootIno { return .root }
         guard let parent = try store.read({ try $0.item(parentIno) }) else { return nil }
         if parent.revision != nil { return parent.itemID }
-        let pending = try store.read { r in try r.outbox(limit: 1000) }.first { $0.ino == parentIno && $0.op == .createFolder }
+        let pending = try store.read { r in try r.queuedEntry(.createFolder, of: parentIno) }
         guard let pending, pending.notBefore <= Self.now() else { return nil }
         let outcome = await run(pending)
         guard case .done = outcome else { return nil }
@@ -597,13 +597,12 @@ extension SyncEngine {
     /// Likewise when the item in the way is one of ours with a queued move away from the name.
     func sendPendingDelete(of id: ItemID?, for ino: Int64) async throws -> Bool {
         guard let id else { return false }
-        let queue = try store.read { try $0.outbox(limit: 10_000) }
-        if let entry = queue.first(where: { $0.op == .delete && $0.itemID == id }) {
+        if let entry = try store.read({ try $0.queuedDelete(of: id) }) {
             if case .done = await run(entry) { return true }
             return false
         }
         guard let blocker = try store.read({ try $0.item(id: id) }),
-              let move = queue.first(where: { $0.ino == blocker.ino && $0.op == .move && $0.notBefore <= Self.now() })
+              let move = try store.read({ try $0.queuedEntry(.move, of: blocker.ino, dueBy: Self.now()) })
         else { return false }
         // To completion: a move that first had to break a cycle (see `waitingMoves`) is sent
         // again at once, and the name it frees serves the waiting request now, not a second later.
