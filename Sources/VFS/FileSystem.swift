@@ -574,9 +574,15 @@ public final class FileSystem: Sendable {
             do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
             defer { close(fd) }
             try setSize(ino, size, fd: fd)
-            let open = handles.withLock { $0.open.values.contains { $0.ino == ino && $0.writable } }
-            if open {
-                if let h = handles.withLock({ $0.open.first { $0.value.ino == ino && $0.value.writable }?.key }) { markWritten(h) }
+            // The truncate belongs to the descriptor it came through (`ftruncate`, as truncate(1)
+            // does), whose close then saves it; a truncate by path, while another descriptor
+            // writes, to one of those (any: the file's upload waits for a save either way).
+            let writer = handles.withLock { s -> UInt64? in
+                if let handle, s.open[handle]?.writable == true { return handle }
+                return s.open.first { $0.value.ino == ino && $0.value.writable }?.key
+            }
+            if let writer {
+                markWritten(writer)
             } else {
                 try persistWrites(Handle(ino: ino, fd: fd, writable: true, wrote: true, excluded: (try? store.read { try $0.isExcluded(ino) }) ?? false), queueUpload: true)
                 engine.outboxChanged()

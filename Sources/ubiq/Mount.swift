@@ -59,13 +59,16 @@ struct Mount: AsyncParsableCommand {
         case .live, .unresponsive: throw Failure(MountDaemonError.alreadyMounted(target).description)
         case .notMounted: break
         }
+        // Inside another ubiq mount the folder would be an item of that container, and a mount
+        // of the same container there would contain itself.
+        if let outer = MountTable.mount(containing: target) { throw Failure("\(target) is inside the ubiq mount \(outer); mount outside it") }
         var st = stat()
         guard stat(target, &st) == 0 else { throw Failure("\(target) does not exist") }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw Failure("\(target) is not a directory") }
         // Like rclone: files in the folder would be hidden while it is mounted, and look lost.
         let entries = try? FileManager.default.contentsOfDirectory(atPath: target)
         guard let entries else { throw Failure("cannot read \(target)") }
-        if !entries.isEmpty { throw Failure("\(target) is not empty; mount on an empty folder (its \(entries.count) entries would be hidden while mounted)") }
+        if !entries.isEmpty { throw Failure("\(target) is not empty; mount on an empty folder (\(entries.count == 1 ? "the entry in it" : "the \(entries.count) entries in it") would be hidden while mounted)") }
     }
 
     /// --server with its stored login; else the stored login; else the embedded default.

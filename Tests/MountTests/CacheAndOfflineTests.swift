@@ -57,6 +57,9 @@ import Testing
                 let r = try await a.ubiq(["mount", path, "--server", a.serverURL, "--cache", a.cache + "-other"], timeout: .seconds(20))
                 #expect(r.status == 1 && r.stderr.contains(why) && r.stderr.split(separator: "\n").count == 1, "\(path): \(r)")
             }
+            try await a.must(#"mkdir "$M/inner""#)
+            let nested = try await a.ubiq(["mount", a.mountpoint + "/inner", "--server", a.serverURL, "--cache", a.cache + "-nested"], timeout: .seconds(20))
+            #expect(nested.status == 1 && nested.stderr.contains("inside the ubiq mount"), "\(nested)")
             let login = try await a.ubiq(["login", "--server", "localhost:8420", "--user", "x", "--password-stdin"], stdin: "pw\n")
             #expect(login.status == 2 && login.stderr.contains("http://"), "\(login)")
             // The first daemon is alive and still serves its mount.

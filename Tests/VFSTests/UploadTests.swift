@@ -76,6 +76,35 @@ struct UploadTests {
         }
     }
 
+    @Test("a truncate through a descriptor (truncate(1)) is saved by that descriptor's close, while other writers hold the file")
+    func truncateThroughItsDescriptorIsItsWritersSave() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let original = Array("0123456789-abcdefgh".utf8)
+        let ino = try h.writeNewFile("t.txt", original)
+        try await h.running([.outbox]) {
+            try await eventually("the first version to go up") { h.remote.content(atPath: "/t.txt") == original }
+            try await eventually("its upload to be recorded") { try h.outbox().isEmpty }
+            // Writers that hold the file and wrote (`exec 3>>t.txt; printf XY >&3`): several, so
+            // that no one of them is the truncating descriptor by chance.
+            var holders: [UInt64] = []
+            for _ in 0..<5 {
+                let holder = try await h.fs.open(ino, flags: O_WRONLY | O_APPEND)
+                _ = try h.fs.write(holder.handle, offset: Int64(original.count), data: Array("XY".utf8))
+                holders.append(holder.handle)
+            }
+            // truncate -s 12: open, ftruncate through that descriptor, close.
+            let truncating = try await h.fs.open(ino, flags: O_WRONLY)
+            _ = try await h.fs.setAttributes(ino, FileSystem.AttributeChanges(size: 12), handle: truncating.handle)
+            try h.fs.flush(truncating.handle)
+            h.fs.release(truncating.handle)
+            try await eventually("the truncated version, saved by its writer's close, to go up") {
+                h.remote.content(atPath: "/t.txt") == Array(original.prefix(12))
+            }
+            for holder in holders { h.fs.release(holder) }
+        }
+    }
+
     @Test("new small files go up in batches; one the server refuses is handled on its own")
     func smallFilesGoUpInBatches() async throws {
         let h = try Harness()
