@@ -5,6 +5,7 @@
 //     static func clearDeadMount(at:probeTimeout:) throws(FuseError) -> Finding
 //     enum Finding   .notMounted, .clearedDeadMount, .liveMount, .unresponsive
 //     static func state(at:probeTimeout:) -> MountState   the same probe, changing nothing
+//     static func lexicalAbsolutePath(_:) throws(FuseError) -> String   as the mount table names it
 //     static func mountTable() -> [(mountpoint, type)]   /proc/self/mountinfo, unescaped
 //
 // Why: after a crash (kill -9) the mount stays, and every access returns ENOTCONN until
@@ -78,7 +79,7 @@ public enum MountRecovery {
     /// The absolute path of `path` without touching its last component, which may be a dead
     /// mount whose every access fails: the parent is resolved with realpath, the last
     /// component is appended as is.
-    private static func lexicalAbsolutePath(_ path: String) throws(FuseError) -> String {
+    public static func lexicalAbsolutePath(_ path: String) throws(FuseError) -> String {
         var components = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         guard let last = components.popLast() else { return "/" }
         let parent = (path.hasPrefix("/") ? "/" : "./") + components.joined(separator: "/")

@@ -256,8 +256,13 @@ public struct LocalReader {
     /// True while the request that creates the item `ino` on the server may be in flight: its
     /// create (a folder's, or a new file's first content) was started and is still queued.
     public func hasStartedCreate(_ ino: Int64) throws -> Bool {
+        // A create sent and not answered also counts when its outbox entry is gone (a write
+        // failure or a truncate dropped the queued upload): the server may hold the item.
         (try Int.fetchOne(
-            try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox WHERE ino = ? AND op IN ('createFolder', 'content') AND attempts > 0"),
+            try db.cachedStatement(sql: """
+                SELECT (SELECT COUNT(*) FROM outbox WHERE ino = ?1 AND op IN ('createFolder', 'content') AND attempts > 0)
+                     + (SELECT COUNT(*) FROM sent_creates WHERE ino = ?1)
+                """),
             arguments: [ino]) ?? 0) > 0
     }
 

@@ -109,6 +109,8 @@ public enum MountDaemon {
         options.fsName = "ubiq"
         options.subtype = "ubiq"
         options.allowOther = configuration.allowOther
+        // Before the mount serves: a file opened meanwhile would be spared the check.
+        engine.recoverUnclosedWrites()
         let mount: FuseMount
         do {
             mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs, invalidator: invalidator))

@@ -38,6 +38,10 @@ extension SyncEngine {
     /// waits until nothing is in flight and then goes alone, in its turn.
     func drainOutbox() async {
         var skipped: Set<Int64> = []
+        // Held for a writer: looked at again whenever the outbox is read, since a release or
+        // fsync may have saved the file meanwhile (skipping them for the whole pass made a file
+        // closed during a long upload wait for that upload).
+        var held: Set<Int64> = []
         var batch: [OutboxEntry] = []
         var offline = false
         // Entries handed to a task: still in the database until their task removes them.
@@ -54,7 +58,8 @@ extension SyncEngine {
                 guard let outcome else { continue }
                 switch outcome {
                 case .done: break
-                case .again, .heldForWriter: skipped.insert(seq)
+                case .again: skipped.insert(seq)
+                case .heldForWriter: held.insert(seq)
                 case .later(let why, let delay, let isOffline):
                     deferEntry(seq, ino: ino, why: why, delay: delay, offline: isOffline)
                     skipped.insert(seq)
@@ -109,8 +114,9 @@ extension SyncEngine {
                     // not once per entry.
                     do {
                         let now = Self.now()
-                        batch = try store.read { r in try r.outbox(limit: 100 + skipped.count + inFlight.count) }
+                        batch = try store.read { r in try r.outbox(limit: 100 + skipped.count + held.count + inFlight.count) }
                             .filter { $0.notBefore <= now && !skipped.contains($0.seq) && inFlight[$0.seq] == nil }
+                            .filter { !held.contains($0.seq) || uploadableGeneration($0.ino) != nil }
                     } catch {
                         logger.error("cannot read the outbox", metadata: ["error": "\(error)"])
                         break
@@ -699,7 +705,14 @@ extension SyncEngine {
     /// a descriptor stayed open and went on writing: its cache file no longer has the size
     /// that close recorded. (Writes after it that kept the size cannot be told apart; the
     /// content as it is then goes up.)
-    func requeueUnclosedWrites() {
+    ///
+    /// Once per engine: the daemon runs it before the mount serves (a file opened meanwhile is
+    /// spared it), and the outbox service at its start, for whoever runs the engine without.
+    public func recoverUnclosedWrites() {
+        guard state.withLock({ s in
+            defer { s.recoveredUnclosedWrites = true }
+            return !s.recoveredUnclosedWrites
+        }) else { return }
         do {
             try store.write { w in
                 let grown = try w.reader.dirtyWithUploads().filter { item in cache.size(item.ino).map { $0 != item.size } ?? false }
@@ -732,7 +745,7 @@ struct OutboxService: Service {
     let engine: SyncEngine
 
     func run() async throws {
-        engine.requeueUnclosedWrites()
+        engine.recoverUnclosedWrites()
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 // Deferred entries come due without a signal: look again every second.

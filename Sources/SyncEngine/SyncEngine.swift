@@ -38,6 +38,7 @@ public final class SyncEngine: Sendable {
         var writeGenerations: [Int64: UInt64] = [:]
         /// The generation the last release or fsync of a writer saved (see `uploadableGeneration`).
         var savedGenerations: [Int64: UInt64] = [:]
+        var recoveredUnclosedWrites = false
         /// Files an upload recorded as clean while open for writing (see `didWrite`).
         var cleanedWhileOpen: Set<Int64> = []
         /// Files open for writing: never evicted, and their uploads wait for a save (`uploadableGeneration`).
@@ -132,7 +133,7 @@ public final class SyncEngine: Sendable {
     /// content may then be half-written (`cat v1 > f` queues v1; a writer that opens f with
     /// `O_TRUNC` right after must not send the empty file in its place). What goes up is
     /// always what a release or fsync saved; with no writer open, every write was followed by
-    /// a release (a crash is handled at startup, see `requeueUnclosedWrites`).
+    /// a release (a crash is handled at startup, see `recoverUnclosedWrites`).
     func uploadableGeneration(_ ino: Int64) -> UInt64? {
         state.withLock { s in
             let generation = s.writeGenerations[ino] ?? 0

@@ -84,11 +84,23 @@ extension SyncEngine {
                     return (entry, item, parentID)
                 }
             }
+            // Held for a writer (see `run`): not marked started, so that the writer's close joins
+            // its entry. (Checked again, race-free, below.)
+            var heldNow: Set<Int> = []
+            for (index, e) in current.enumerated() {
+                guard let entry = e.0, uploadableGeneration(entry.ino) == nil else { continue }
+                heldNow.insert(index)
+                results.append((entry.seq, entry.ino, .heldForWriter))
+            }
             // Marked before the files are read, as a single upload does: a close from now on
             // queues a new entry instead of joining one whose snapshot is already taken.
-            try store.write { w in for case (let entry?, _, _) in current { try w.markStarted(entry.seq) } }
+            try store.write { w in
+                for (index, (entry, _, _)) in current.enumerated() where !heldNow.contains(index) {
+                    if let entry { try w.markStarted(entry.seq) }
+                }
+            }
             var contentBytes = 0
-            for (index, (entry, item, parentID)) in current.enumerated() {
+            for (index, (entry, item, parentID)) in current.enumerated() where !heldNow.contains(index) {
                 guard let entry else {
                     results.append((entries[index].seq, entries[index].ino, nil))
                     continue

@@ -400,7 +400,9 @@ public final class FileSystem: Sendable {
                 let code = errno
                 if code == EINTR { continue }
                 handles.withLock { $0.open[handle]?.writeError = code }
-                engine.didWrite(h.ino)  // part of it may have landed: a snapshot taken meanwhile is not sent
+                // Part of it may have landed: a snapshot taken meanwhile is not sent, and a file
+                // an fsync's upload recorded as clean has local changes again.
+                if engine.didWrite(h.ino) { markWritten(handle) }
                 // Disk full is ENOSPC to the writer, never EIO, and this version is not uploaded.
                 // Free the reserve so that the close can still record that.
                 if code == ENOSPC || code == EDQUOT { cache.dropReserve() }
@@ -448,7 +450,7 @@ public final class FileSystem: Sendable {
     /// close is also the shell's `cmd > f`, which opens f, truncates it, dup2s the descriptor
     /// to 1 and closes the original before `cmd` writes a byte. After a crash, a file that
     /// grew past the size its last close recorded is held back as half-written (see
-    /// `SyncEngine.requeueUnclosedWrites`).
+    /// `SyncEngine.recoverUnclosedWrites`).
     public func flush(_ handle: UInt64) throws(FSError) {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
         if let code = h.writeError { throw code == ENOSPC || code == EDQUOT ? .noSpace : .io }
@@ -480,7 +482,9 @@ public final class FileSystem: Sendable {
 
     public func release(_ handle: UInt64) {
         guard let h = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
-        if h.wrote {
+        // A failed first write leaves `wrote` false, but part of it may have landed: the
+        // failure is recorded (and the queued uploads dropped) all the same.
+        if h.wrote || h.writeError != nil {
             let generation = engine.writeGeneration(h.ino)
             do {
                 // Mostly recorded by the close (flush) already.
@@ -584,8 +588,10 @@ public final class FileSystem: Sendable {
             if let writer {
                 markWritten(writer)
             } else {
+                let generation = engine.writeGeneration(ino)
                 try persistWrites(Handle(ino: ino, fd: fd, writable: true, wrote: true, excluded: (try? store.read { try $0.isExcluded(ino) }) ?? false), queueUpload: true)
-                engine.outboxChanged()
+                // No writer holds it: this truncate is the whole change, saved.
+                engine.didSave(ino, generation: generation)
             }
             item = try self.item(ino)
         }
@@ -622,6 +628,10 @@ public final class FileSystem: Sendable {
             item.modified = now
             item.content = .dirty
             try w.update(item)
+            // The version an earlier close queued is gone from the cache file: its upload would
+            // send this cut file. The truncating writer's close (or the caller, for a truncate
+            // by path) queues the next; a crash before that holds the file back.
+            try w.dropUploads(of: ino)
         }
     }
 

@@ -52,7 +52,9 @@ struct Mount: AsyncParsableCommand {
     /// Refused before anything starts (exit 1): a daemon started on a live mount would wait
     /// for that mount's cache folder and die, while this command saw the old mount answer and
     /// said "mounted". A dead mount (its daemon killed) is fine: the daemon clears it.
-    func checkMountpoint(_ target: String) throws {
+    func checkMountpoint(_ path: String) throws {
+        // As the mount table names it (a folder reached through a symlink).
+        let target = (try? MountRecovery.lexicalAbsolutePath(path)) ?? path
         // The mount table first: a hung mount must not hang this command (the probe has a deadline).
         switch MountRecovery.state(at: target) {
         case .dead: return

@@ -140,6 +140,35 @@ struct RecoveryTests {
         }
     }
 
+    @Test("a crash right after an open with O_TRUNC does not upload the emptied file in place of the closed version")
+    func crashAfterTruncatingOpen() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        // `cat v1 > f` (its upload queued), then `exec 3>f`, and the daemon dies.
+        let ino = try first.writeNewFile("f.txt", Array("version one".utf8))
+        _ = try await first.fs.open(ino, flags: O_WRONLY | O_TRUNC)
+        try first.writeNewFile("later.txt", Array("later".utf8))
+        let second = try first.restarted()
+        try await second.running([.outbox]) {
+            try await eventually("the file queued after it to be uploaded") { second.remote.content(atPath: "/later.txt") != nil }
+            #expect(second.remote.content(atPath: "/f.txt") == nil, "the emptied file never went up")
+            #expect(try second.xattr(ino, "user.ubiq.uploadingError")?.hasPrefix("the mount stopped while this file was open for writing") == true)
+        }
+    }
+
+    @Test("a truncate by path is saved at once: a writer that opens the file afterwards does not hold its upload")
+    func truncateByPathIsSaved() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("cut.txt", Array("0123456789".utf8))
+        _ = try await h.fs.setAttributes(ino, FileSystem.AttributeChanges(size: 4), handle: nil)
+        let writer = try await h.fs.open(ino, flags: O_WRONLY)
+        try await h.running([.outbox]) {
+            try await eventually("the cut file to go up while the writer holds it") { h.remote.content(atPath: "/cut.txt") == Array("0123".utf8) }
+        }
+        h.fs.release(writer.handle)
+    }
+
     @Test("a create whose answer was lost is retried and makes one item")
     func lostCreateAnswer() async throws {
         let h = try Harness()

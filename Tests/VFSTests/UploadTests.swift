@@ -41,15 +41,16 @@ struct UploadTests {
         #expect(try h.pending(ino) == [.content])
     }
 
-    @Test("an upload queued by a close waits while a writer that truncated the file has it open, and sends what its fsync or release saved")
+    @Test("an upload queued by a close waits while a writer that wrote into the file has it open, and sends what its fsync or release saved")
     func uploadWaitsForAWriterHalfway() async throws {
         let h = try Harness()
         defer { h.close() }
-        // `cat v1 > f`, then at once `exec 3>f; printf part >&3`: v1's upload is queued, and
-        // the file now holds a version no one has closed.
+        // `cat v1 > f`, then at once `exec 3<>f; printf PART >&3`: v1's upload is queued, and
+        // the file now holds a version no one has closed. (With `exec 3>f` the truncate drops
+        // v1's upload instead: see crashAfterTruncatingOpen.)
         let ino = try h.writeNewFile("f.txt", Array("version one".utf8))
-        let writer = try await h.fs.open(ino, flags: O_WRONLY | O_TRUNC)
-        _ = try h.fs.write(writer.handle, offset: 0, data: Array("part".utf8))
+        let writer = try await h.fs.open(ino, flags: O_RDWR)
+        _ = try h.fs.write(writer.handle, offset: 0, data: Array("PART".utf8))
         // Queued after it, in the same batch: once this is on the server, f.txt was looked at.
         try h.writeNewFile("later.txt", Array("later".utf8))
         try await h.running([.outbox]) {
@@ -67,10 +68,10 @@ struct UploadTests {
             #expect(h.remote.content(atPath: "/f.txt") == nil, "a close of one descriptor is not the writer's save")
             // fsync is: that version goes up while the file stays open.
             try h.fs.fsync(writer.handle)
-            try await eventually("the fsynced version to go up") { h.remote.content(atPath: "/f.txt") == Array("part".utf8) }
-            _ = try h.fs.write(writer.handle, offset: 4, data: Array(" two".utf8))
+            try await eventually("the fsynced version to go up") { h.remote.content(atPath: "/f.txt") == Array("PARTion one".utf8) }
+            _ = try h.fs.write(writer.handle, offset: 11, data: Array(" two".utf8))
             h.fs.release(writer.handle)
-            try await eventually("the closed version to go up") { h.remote.content(atPath: "/f.txt") == Array("part two".utf8) }
+            try await eventually("the closed version to go up") { h.remote.content(atPath: "/f.txt") == Array("PARTion one two".utf8) }
             try await eventually("the outbox to drain") { try h.outbox().isEmpty }
             #expect(try h.local(ino)?.content == .current)
         }
