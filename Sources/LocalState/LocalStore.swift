@@ -314,8 +314,8 @@ public struct LocalReader {
         try items("SELECT * FROM items WHERE content = 'dirty' AND ino IN (SELECT ino FROM outbox WHERE op = 'content')")
     }
 
-    /// The digests sent in creates of the file `ino` not yet answered (see `noteCreateSent`).
-    public func sentCreateDigests(of ino: Int64) throws -> Set<ContentDigest> {
+    /// The digests sent in uploads of the file `ino` not yet answered (see `noteContentSent`).
+    public func sentContentDigests(of ino: Int64) throws -> Set<ContentDigest> {
         Set(try String.fetchAll(try db.cachedStatement(sql: "SELECT digest FROM sent_creates WHERE ino = ?"), arguments: [ino])
             .compactMap { try? ContentDigest(hex: $0) })
     }
@@ -427,13 +427,15 @@ public struct LocalWriter {
         try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ? AND op != 'delete'").execute(arguments: [ino])
     }
 
-    /// Recorded before a create of the file `ino` with content `digest` is sent.
-    public func noteCreateSent(_ ino: Int64, digest: ContentDigest) throws {
+    /// Recorded before an upload (a create or a new version) of the file `ino` with content
+    /// `digest` is sent: if it lands and its answer is lost (a crash), the server's content is
+    /// then known to be this device's. (The table is named for creates, its first use.)
+    public func noteContentSent(_ ino: Int64, digest: ContentDigest) throws {
         try db.cachedStatement(sql: "INSERT OR IGNORE INTO sent_creates (ino, digest) VALUES (?, ?)").execute(arguments: [ino, digest.hex])
     }
 
-    /// The file's create is answered (or it is gone): its sent contents no longer matter.
-    public func forgetSentCreates(of ino: Int64) throws {
+    /// An upload of the file is answered: what was sent before no longer matters.
+    public func forgetSentContents(of ino: Int64) throws {
         try db.cachedStatement(sql: "DELETE FROM sent_creates WHERE ino = ?").execute(arguments: [ino])
     }
 

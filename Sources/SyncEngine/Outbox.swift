@@ -338,11 +338,11 @@ extension SyncEngine {
         guard state.withLock({ $0.writeGenerations[item.ino] ?? 0 }) == generation else { return .again }
         var result: ItemMetadata
         do {
+            try store.write { w in try w.noteContentSent(item.ino, digest: digest) }
             if let base = item.revision {
                 result = try await remote.updateContent(item.itemID, UpdateContentRequest(
                     baseRevision: base, digest: digest, size: size, modified: item.modified, content: inline))
             } else {
-                try store.write { w in try w.noteCreateSent(item.ino, digest: digest) }
                 result = try await remote.createItem(Self.createRequest(item, parentID: parentID, digest: digest, size: size, content: inline))
             }
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
@@ -355,6 +355,17 @@ extension SyncEngine {
             if current.digest == item.serverDigest {
                 // Only metadata changed on the server (a rename, a chmod): both apply.
                 try rebase(item.ino, on: current, keepContent: true)
+                return .again
+            }
+            if let theirs = current.digest, try store.read({ try $0.sentContentDigests(of: item.ino) }).contains(theirs) {
+                // An earlier version from here, whose answer was lost (the daemon died after the
+                // server stored it): not another device's edit. Go up from it.
+                try rebase(item.ino, on: current, keepContent: true)
+                try store.write { w in
+                    guard var now = try w.reader.item(item.ino) else { return }
+                    now.serverDigest = theirs
+                    try w.update(now)
+                }
                 return .again
             }
             // The content changed on the server too: never overwrite it. Until conflict
@@ -387,7 +398,7 @@ extension SyncEngine {
         } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
             return try resurrectLocal(item.ino)  // created and deleted since: the ID stays taken
         }
-        if item.kind == .file, try !store.read({ try $0.sentCreateDigests(of: item.ino) }).contains(current.digest ?? .empty) {
+        if item.kind == .file, try !store.read({ try $0.sentContentDigests(of: item.ino) }).contains(current.digest ?? .empty) {
             return Self.contentConflict(current)
         }
         try store.write { w in
@@ -395,7 +406,7 @@ extension SyncEngine {
             now.revision = current.revision
             now.serverDigest = current.digest
             try w.update(now)
-            try w.forgetSentCreates(of: now.ino)
+            try w.forgetSentContents(of: now.ino)
             if now.name != current.name || parentID != current.parentID { try w.enqueue(.move, ino: now.ino) }
             if now.mode != current.mode || now.modified != current.modified { try w.enqueue(.attributes, ino: now.ino) }
             if now.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: now.ino) }
@@ -422,7 +433,7 @@ extension SyncEngine {
     /// something more was queued.
     func recordUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64, _ w: LocalWriter) throws -> Bool {
         try w.dequeue(seq)
-        if item.revision == nil { try w.forgetSentCreates(of: item.ino) }
+        try w.forgetSentContents(of: item.ino)
         guard var now = try w.reader.item(item.ino) else {
             try w.updatePendingDelete(of: result.id, revision: result.revision)
             try passToSuccessor(result, sentFrom: item.revision, w)

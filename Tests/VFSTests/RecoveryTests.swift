@@ -169,6 +169,28 @@ struct RecoveryTests {
         h.fs.release(writer.handle)
     }
 
+    @Test("a new version that landed with its answer lost, then a crash and another save: the save goes up over this device's own version, no conflict")
+    func lostUpdateAnswerThenSavedAgain() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        let ino = try first.writeNewFile("doc.txt", Array("version zero".utf8))
+        try await first.running([.outbox]) {
+            try await eventually("the first version to be uploaded") { try first.outbox().isEmpty }
+            first.remote.loseAnswer(.updateContent)
+            try await first.overwrite(ino, Array("version one".utf8))
+            try await eventually("version one to land on the server") { first.remote.content(atPath: "/doc.txt") == Array("version one".utf8) }
+        }
+        // The daemon died before it heard back; then the file is saved again.
+        let second = try first.restarted()
+        try await second.overwrite(ino, Array("version two".utf8))
+        try await second.running([.outbox]) {
+            try await eventually("version two to go up") { second.remote.content(atPath: "/doc.txt") == Array("version two".utf8) }
+            try await eventually("the outbox to drain") { try second.outbox().isEmpty }
+            #expect(try second.xattr(ino, "user.ubiq.uploadingError") == nil)
+            #expect(try second.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
+        }
+    }
+
     @Test("a create whose answer was lost is retried and makes one item")
     func lostCreateAnswer() async throws {
         let h = try Harness()
