@@ -90,10 +90,11 @@ public enum MountDaemon {
         }
 
         let store = try LocalStore(path: configuration.accountDirectory + "/state.sqlite")
-        try store.write { w in
-            try w.setMeta("server", configuration.serverURL)
-            try w.setMeta("account", configuration.account)
-            try w.setMeta("container", configuration.container.rawValue)
+        // Written only when they change: a daemon that died on a full cache volume must mount
+        // again (so that files can be removed), and a commit then fails.
+        let meta = ["server": configuration.serverURL, "account": configuration.account, "container": configuration.container.rawValue]
+        if try store.read({ r in try meta.contains { try r.meta($0.key) != $0.value } }) {
+            try store.write { w in for (key, value) in meta { try w.setMeta(key, value) } }
         }
         let client = SyncHTTPClient(baseURL: configuration.serverURL, token: configuration.token, container: configuration.container)
         let events = EventFanOut()

@@ -52,6 +52,15 @@ public final class FileSystem: Sendable {
         var modified: Timestamp
     }
 
+    /// Files a write into failed (disk full) while they are open, with the error: part of the
+    /// write may have landed, so the version is broken for every descriptor, not only the one
+    /// whose write failed; no close of any of them queues it. Cleared at the last close.
+    let failedWrites = Mutex<[Int64: Int32]>([:])
+
+    /// The write failure a handle's close must report in the file's state: its own, or another
+    /// descriptor's of the same file.
+    func writeError(of h: Handle) -> Int32? { h.writeError ?? failedWrites.withLock { $0[h.ino] } }
+
     let handles = Mutex<(next: UInt64, open: [UInt64: Handle], dirs: [UInt64: OpenDirectory])>((1, [:], [:]))
 
     /// A folder opened for listing. The snapshot is taken by the first read at offset 0, not at
@@ -400,6 +409,7 @@ public final class FileSystem: Sendable {
                 let code = errno
                 if code == EINTR { continue }
                 handles.withLock { $0.open[handle]?.writeError = code }
+                failedWrites.withLock { $0[h.ino] = code }
                 // Part of it may have landed: a snapshot taken meanwhile is not sent, and a file
                 // an fsync's upload recorded as clean has local changes again.
                 if engine.didWrite(h.ino) { markWritten(handle) }
@@ -472,6 +482,13 @@ public final class FileSystem: Sendable {
     /// it last did. The write generation recorded; nil when the handle never wrote.
     func recordWrites(_ handle: UInt64, _ h: Handle) throws(FSError) -> UInt64? {
         guard h.wrote else { return nil }
+        if let code = writeError(of: h) {
+            // Another descriptor's write failed: recorded as such, never queued.
+            var broken = h
+            broken.writeError = code
+            try persistWrites(broken, queueUpload: false)
+            return nil
+        }
         // Read first: a write landing during the commit bumps it, and the next save records it.
         let generation = engine.writeGeneration(h.ino)
         guard h.savedGeneration != generation else { return generation }
@@ -484,13 +501,16 @@ public final class FileSystem: Sendable {
         guard let h = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
         // A failed first write leaves `wrote` false, but part of it may have landed: the
         // failure is recorded (and the queued uploads dropped) all the same.
+        let failure = writeError(of: h)
         if h.wrote || h.writeError != nil {
             let generation = engine.writeGeneration(h.ino)
+            var recorded = h
+            recorded.writeError = failure
             do {
                 // Mostly recorded by the close (flush) already.
-                if h.writeError != nil || h.savedGeneration != generation { try persistWrites(h, queueUpload: h.writeError == nil) }
+                if failure != nil || h.savedGeneration != generation { try persistWrites(recorded, queueUpload: failure == nil) }
                 // The writer is done: its version may go up even while another writer has the file open.
-                if h.writeError == nil { engine.didSave(h.ino, generation: generation) }
+                if failure == nil { engine.didSave(h.ino, generation: generation) }
             } catch {
                 logger.error("cannot record a closed file", metadata: ["item.ino": "\(h.ino)", "error": "\(error)"])
             }
@@ -505,7 +525,8 @@ public final class FileSystem: Sendable {
         if !stillOpen {
             _ = live.withLock { $0.removeValue(forKey: h.ino) }
             if detached.withLock({ $0.removeValue(forKey: h.ino) }) != nil { cache.remove(h.ino) }
-            if let code = h.writeError, code == ENOSPC || code == EDQUOT {
+            failedWrites.withLock { _ = $0.removeValue(forKey: h.ino) }
+            if let code = failure, code == ENOSPC || code == EDQUOT {
                 // The disk filled up under this writer: the partial version is dropped (its
                 // space is what the disk lacks) and the file is again the last version on the
                 // server, as a placeholder. A file the server never had keeps what was written.

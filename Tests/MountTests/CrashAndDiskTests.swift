@@ -57,8 +57,18 @@ import Testing
             }
             #expect(try await a.xattr("big.bin", "user.ubiq.downloadingStatus") == "notDownloaded")
             #expect(try await a.must(#"sha256sum < "$M/big.bin" | cut -c1-64"#) == v1)
+            // Two writers: fd 3 holds big.bin open while another writer of it fills the disk, and
+            // fd 3 closes last. The version is broken for both: dropped, not kept or uploaded.
+            try await a.must(#"rm -f "$M/other.bin""#)
+            let two = try await a.sh(#"exec 3>>"$M/big.bin"; head -c 16000000 /dev/urandom > "$M/big.bin"; s=$?; exec 3>&-; exit $s"#, timeout: .seconds(60))
+            #expect(two.status != 0 && two.stderr.contains("No space left on device"), "\(two.stderr)")
+            try await eventually("big.bin to show the server's version again after the second writer closed") {
+                (try await a.must(#"stat -c %s "$M/big.bin""#)) == "4000000\n"
+            }
+            let still = try await http.send(.GET, APIPath.children(.default, .root)).decode(ItemList.self)
+            #expect(still.items.first { $0.name == "big.bin" }?.digest?.hex == v1.trimmingCharacters(in: .whitespacesAndNewlines))
             // Freeing space and writing again works and uploads the new complete version.
-            try await a.must(#"rm -f "$M/other.bin" && head -c 1000 /dev/urandom > "$M/big.bin""#)
+            try await a.must(#"head -c 1000 /dev/urandom > "$M/big.bin""#)
             try await a.waitUntilUploaded()
             let after = try await http.send(.GET, APIPath.children(.default, .root)).decode(ItemList.self)
             #expect(after.items.first { $0.name == "big.bin" }?.size == 1000)
