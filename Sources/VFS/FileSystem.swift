@@ -402,6 +402,10 @@ public final class FileSystem: Sendable {
 
     public func write(_ handle: UInt64, offset: Int64, data: [UInt8]) throws(FSError) -> Int {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        // The file's version is broken (a write failed): later writes fail at once. The kernel
+        // reports the first failure of a large write() as a short write, and the writer goes
+        // on; writing on would fill the space the reserve just freed for recording the failure.
+        if let code = writeError(of: h) { throw code == ENOSPC || code == EDQUOT ? .noSpace : .io }
         var done = 0
         while done < data.count {
             let n = data.withUnsafeBytes { pwrite(h.fd, $0.baseAddress! + done, data.count - done, off_t(offset + Int64(done))) }
@@ -685,6 +689,9 @@ public final class FileSystem: Sendable {
             detached.withLock { $0[removed.ino] = removed }
         } else {
             cache.remove(removed.ino)
+            // Space came back: the maintenance pass makes the disk-full reserve again, if a full
+            // disk used it up (a later fill must find it there to record its failure).
+            engine.contentChangedLocally()
         }
         engine.downloads.cancel(removed.ino)
         engine.outboxChanged()

@@ -67,6 +67,26 @@ import Testing
             }
             let still = try await http.send(.GET, APIPath.children(.default, .root)).decode(ItemList.self)
             #expect(still.items.first { $0.name == "big.bin" }?.digest?.hex == v1.trimmingCharacters(in: .whitespacesAndNewlines))
+            // A new file filling the disk: its failure is recorded (the writer's later writes fail
+            // at once instead of eating the reserve freed for that), and it can be removed.
+            // Python's os.write, as many programs do, goes on after a short write, which is how
+            // the kernel reports the first failure inside a large write().
+            let third = try await a.sh(#"""
+                python3 - "$M/third.bin" <<'EOF'
+                import os, sys
+                fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                block = os.urandom(1 << 20)
+                try:
+                    for _ in range(16): os.write(fd, block)
+                except OSError as e:
+                    sys.exit(str(e))
+                EOF
+                """#, timeout: .seconds(60))
+            #expect(third.status != 0 && third.stderr.contains("No space left on device"), "\(third.stderr)")
+            try await eventually("third.bin to report its failed write") {
+                try await a.xattr("third.bin", "user.ubiq.uploadingError")?.contains("a write failed") == true
+            }
+            try await a.must(#"rm "$M/third.bin""#)
             // Freeing space and writing again works and uploads the new complete version.
             try await a.must(#"head -c 1000 /dev/urandom > "$M/big.bin""#)
             try await a.waitUntilUploaded()
