@@ -128,6 +128,8 @@ extension SyncEngine {
             guard var now = try w.reader.item(ino) else { return }
             now.content = .placeholder
             now.cachedBytes = 0
+            // The failed version is gone: nothing of it waits to go up any more.
+            now.uploadError = nil
             try w.dropOps(for: ino)
             try w.update(now)
         }

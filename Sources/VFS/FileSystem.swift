@@ -706,6 +706,7 @@ public final class FileSystem: Sendable {
     func deleteRow(_ item: LocalItem, _ w: LocalWriter) throws {
         let excluded = try w.reader.isExcluded(item.ino)
         try w.dropOps(for: item.ino)
+        try w.forgetSentContents(of: item.ino)
         try w.delete(item.ino)
         if !excluded {
             try w.enqueue(.delete, ino: item.ino, itemID: item.itemID, revision: item.revision)

@@ -56,6 +56,7 @@ import Testing
                 (try await a.must(#"stat -c %s "$M/big.bin""#)) == "4000000\n"
             }
             #expect(try await a.xattr("big.bin", "user.ubiq.downloadingStatus") == "notDownloaded")
+            #expect(try await a.xattr("big.bin", "user.ubiq.uploadingError") == nil, "the failed version is gone, and its error with it")
             #expect(try await a.must(#"sha256sum < "$M/big.bin" | cut -c1-64"#) == v1)
             // Two writers: fd 3 holds big.bin open while another writer of it fills the disk, and
             // fd 3 closes last. The version is broken for both: dropped, not kept or uploaded.
