@@ -249,9 +249,7 @@ public struct LocalReader {
     }
 
     /// True while a local deletion of the server item `id` waits in the outbox.
-    public func hasPendingDelete(of id: ItemID) throws -> Bool {
-        (try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox WHERE op = 'delete' AND item_id = ?"), arguments: [id.rawValue]) ?? 0) > 0
-    }
+    public func hasPendingDelete(of id: ItemID) throws -> Bool { try queuedDelete(of: id) != nil }
 
     /// True while the request that creates the item `ino` on the server may be in flight: its
     /// create (a folder's, or a new file's first content) was started and is still queued.

@@ -335,7 +335,7 @@ extension SyncEngine {
             }
         }
         state.withLock { $0.uploadProgress[item.ino] = (size, size) }
-        guard state.withLock({ $0.writeGenerations[item.ino] ?? 0 }) == generation else { return .again }
+        guard writeGeneration(item.ino) == generation else { return .again }
         var result: ItemMetadata
         do {
             try store.write { w in try w.noteContentSent(item.ino, digest: digest) }

@@ -131,7 +131,7 @@ extension SyncEngine {
             return await sendAlone(entries.filter { e in !results.contains { $0.seq == e.seq } }, into: results)
         }
         // Changed while being read: the single path snapshots it again.
-        let (unchanged, changed) = prepared.partitioned { p in state.withLock { $0.writeGenerations[p.item.ino] ?? 0 } == p.generation }
+        let (unchanged, changed) = prepared.partitioned { p in writeGeneration(p.item.ino) == p.generation }
         alone += changed.map(\.entry)
         prepared = unchanged
         if prepared.isEmpty { return await sendAlone(alone, into: results) }

@@ -27,6 +27,11 @@ public enum FSError: Error, Sendable, Equatable {
     /// Content could not be fetched or stored; the item's error attribute says why.
     case io
 
+    /// A failed write's errno as its writer sees it: a full disk or quota is ENOSPC, never EIO.
+    public init(writeFailure code: Int32) {
+        self = code == ENOSPC || code == EDQUOT ? .noSpace : .io
+    }
+
     /// Exhaustive on purpose: a new case forces a decision.
     public var errno: Int32 {
         switch self {

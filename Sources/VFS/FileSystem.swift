@@ -405,7 +405,7 @@ public final class FileSystem: Sendable {
         // The file's version is broken (a write failed): later writes fail at once. The kernel
         // reports the first failure of a large write() as a short write, and the writer goes
         // on; writing on would fill the space the reserve just freed for recording the failure.
-        if let code = writeError(of: h) { throw code == ENOSPC || code == EDQUOT ? .noSpace : .io }
+        if let code = writeError(of: h) { throw FSError(writeFailure: code) }
         var done = 0
         while done < data.count {
             let n = data.withUnsafeBytes { pwrite(h.fd, $0.baseAddress! + done, data.count - done, off_t(offset + Int64(done))) }
@@ -420,7 +420,7 @@ public final class FileSystem: Sendable {
                 // Disk full is ENOSPC to the writer, never EIO, and this version is not uploaded.
                 // Free the reserve so that the close can still record that.
                 if code == ENOSPC || code == EDQUOT { cache.dropReserve() }
-                throw code == ENOSPC || code == EDQUOT ? .noSpace : .io
+                throw FSError(writeFailure: code)
             }
             done += n
         }
@@ -467,7 +467,7 @@ public final class FileSystem: Sendable {
     /// `SyncEngine.recoverUnclosedWrites`).
     public func flush(_ handle: UInt64) throws(FSError) {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
-        if let code = h.writeError { throw code == ENOSPC || code == EDQUOT ? .noSpace : .io }
+        if let code = h.writeError { throw FSError(writeFailure: code) }
         _ = try recordWrites(handle, h)
     }
 
@@ -475,7 +475,7 @@ public final class FileSystem: Sendable {
     /// which goes even while the file stays open: the writer said this version is whole.
     public func fsync(_ handle: UInt64) throws(FSError) {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
-        if let code = h.writeError { throw code == ENOSPC || code == EDQUOT ? .noSpace : .io }
+        if let code = h.writeError { throw FSError(writeFailure: code) }
         guard Glibc.fsync(h.fd) == 0 else { throw errno == ENOSPC ? .noSpace : .io }
         if let generation = try recordWrites(handle, h) { engine.didSave(h.ino, generation: generation) }
         // The content is on disk: so must be the record that it is to be uploaded.
