@@ -47,8 +47,12 @@ public final class Downloads: Sendable {
 
     struct Table {
         var active: [Int64: Active] = [:]
-        /// Downloads of each item that ended (successfully or not).
+        /// Downloads of each item that ended (successfully or not) while a `start` was between
+        /// its two looks at this table; emptied when none is, so that it does not keep an entry
+        /// for every file the mount ever downloaded.
         var finished: [Int64: Int] = [:]
+        /// `start`s between their two looks at the table.
+        var startsLooking = 0
         var nextGeneration: UInt64 = 0
     }
 
@@ -158,14 +162,28 @@ public final class Downloads: Sendable {
         if let digest = item.serverDigest, let running = state.withLock({ $0.active[ino]?.digest }), running != digest {
             cancel(ino)
         }
-        guard let seen = state.withLock({ s -> Int? in s.active[ino] == nil ? s.finished[ino, default: 0] : nil }) else { return }
+        guard let seen = state.withLock({ s -> Int? in
+            guard s.active[ino] == nil else { return nil }
+            s.startsLooking += 1
+            return s.finished[ino, default: 0]
+        }) else { return }
+        var looking = true
+        func stopLooking(_ s: inout Table) {
+            guard looking else { return }
+            looking = false
+            s.startsLooking -= 1
+            if s.startsLooking == 0 { s.finished.removeAll(keepingCapacity: true) }
+        }
+        defer { state.withLock { stopLooking(&$0) } }
         guard let fresh = try? store.read({ try $0.item(ino) }), fresh.kind == .file,
               fresh.content == .placeholder || fresh.content == .partial || fresh.content == .stale,
               let digest = fresh.serverDigest
         else { return }
         let size = fresh.size
         let generation = state.withLock { s -> UInt64? in
-            if s.active[ino] != nil || s.finished[ino, default: 0] != seen { return nil }
+            let ended = s.finished[ino, default: 0] != seen
+            stopLooking(&s)
+            if s.active[ino] != nil || ended { return nil }
             s.nextGeneration += 1
             s.active[ino] = Active(digest: digest, size: size, generation: s.nextGeneration)
             return s.nextGeneration
@@ -286,7 +304,8 @@ public final class Downloads: Sendable {
         let active = state.withLock { s -> Active? in
             guard let a = s.active[ino], generation == nil || a.generation == generation else { return nil }
             s.active[ino] = nil
-            s.finished[ino, default: 0] += 1
+            // Only a `start` between its looks asks whether a download ended meanwhile.
+            if s.startsLooking > 0 { s.finished[ino, default: 0] += 1 }
             return a
         }
         for sink in active?.sinks ?? [] { sink.cancel() }

@@ -453,8 +453,9 @@ extension SyncEngine {
         now.uploadError = nil
         try settleXattrChanges(now, heldByServer: result, w)
         let clean = state.withLock { s in
-            guard (s.writeGenerations[item.ino] ?? 0) == generation && now.content == .dirty else { return false }
+            guard s.generation(of: item.ino) == generation && now.content == .dirty else { return false }
             if s.openForWriting[item.ino] != nil { s.cleanedWhileOpen.insert(item.ino) }
+            s.forgetGenerations(of: item.ino)
             return true
         }
         if clean { now.content = .current }

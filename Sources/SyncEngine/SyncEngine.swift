@@ -34,10 +34,16 @@ public final class SyncEngine: Sendable {
     struct State {
         var connected = false
         var lastError: String?
-        /// Bumped on every local write to a file: an upload whose file changed meanwhile is redone.
+        /// Set from `generationClock` on every local write to a file: an upload whose file
+        /// changed meanwhile is redone. Only files written or uploaded lately have an entry
+        /// (see `generation(of:)` and `forgetGenerations(of:)`), so the map does not grow with
+        /// every file the mount ever wrote.
         var writeGenerations: [Int64: UInt64] = [:]
         /// The generation the last release or fsync of a writer saved (see `uploadableGeneration`).
         var savedGenerations: [Int64: UInt64] = [:]
+        /// One clock for all files: a generation is never handed out twice, so an entry
+        /// forgotten and made again never equals a value read before (see `generation(of:)`).
+        var generationClock: UInt64 = 0
         var recoveredUnclosedWrites = false
         /// Files an upload recorded as clean while open for writing (see `didWrite`).
         var cleanedWhileOpen: Set<Int64> = []
@@ -51,6 +57,31 @@ public final class SyncEngine: Sendable {
         var uploadProgress: [Int64: (Int64, Int64)] = [:]
         /// The last change cursor applied or skipped.
         var cursor: ChangeCursor?
+
+        /// The file's write generation. A file with no entry has no write that a release or
+        /// fsync did not save (entries are forgotten only with no writer open): it gets a new
+        /// one, saved. A snapshot taken before an entry was forgotten therefore never matches
+        /// after it; the upload is then only redone, never taken for unchanged.
+        mutating func generation(of ino: Int64) -> UInt64 {
+            if let g = writeGenerations[ino] { return g }
+            generationClock &+= 1
+            writeGenerations[ino] = generationClock
+            savedGenerations[ino] = generationClock
+            return generationClock
+        }
+
+        mutating func wrote(_ ino: Int64) {
+            generationClock &+= 1
+            writeGenerations[ino] = generationClock
+        }
+
+        /// Drops the file's generations once no writer has it open: everything written was
+        /// saved, and the next `generation(of:)` starts afresh.
+        mutating func forgetGenerations(of ino: Int64) {
+            guard openForWriting[ino] == nil else { return }
+            writeGenerations[ino] = nil
+            savedGenerations[ino] = nil
+        }
     }
 
     let state = Mutex(State())
@@ -89,7 +120,7 @@ public final class SyncEngine: Sendable {
     @discardableResult
     public func didWrite(_ ino: Int64) -> Bool {
         state.withLock { s in
-            s.writeGenerations[ino, default: 0] &+= 1
+            s.wrote(ino)
             return s.cleanedWhileOpen.remove(ino) != nil
         }
     }
@@ -110,6 +141,8 @@ public final class SyncEngine: Sendable {
             guard s.openForWriting[ino] == 0 else { return nil }
             s.openForWriting[ino] = nil
             s.cleanedWhileOpen.remove(ino)
+            // An upload under way compares its snapshot when it is done, and forgets them then.
+            if !s.uploading.contains(ino) { s.forgetGenerations(of: ino) }
             return s.deferredChanges.removeValue(forKey: ino)
         }
         if let deferred { applyDeferredChange(deferred) }
@@ -119,7 +152,11 @@ public final class SyncEngine: Sendable {
     }
 
     /// How many local writes the file has had (in this run of the mount).
-    public func writeGeneration(_ ino: Int64) -> UInt64 { state.withLock { $0.writeGenerations[ino] ?? 0 } }
+    public func writeGeneration(_ ino: Int64) -> UInt64 { state.withLock { $0.generation(of: ino) } }
+
+    /// How many files the engine keeps write generations for: those written or uploaded
+    /// lately, not every file the mount ever wrote.
+    package var filesWithWriteGenerations: Int { state.withLock { $0.writeGenerations.count } }
 
     /// An fsync, or the release of a descriptor, recorded the file's writes up to `generation`
     /// and queued them: that version may go up even while another writer keeps the file open.
@@ -136,8 +173,8 @@ public final class SyncEngine: Sendable {
     /// a release (a crash is handled at startup, see `recoverUnclosedWrites`).
     func uploadableGeneration(_ ino: Int64) -> UInt64? {
         state.withLock { s in
-            let generation = s.writeGenerations[ino] ?? 0
-            guard s.openForWriting[ino] != nil, (s.savedGenerations[ino] ?? 0) != generation else { return generation }
+            let generation = s.generation(of: ino)
+            guard s.openForWriting[ino] != nil, s.savedGenerations[ino] != generation else { return generation }
             return nil
         }
     }
