@@ -96,6 +96,9 @@ public enum SyncedXattr {
         case nameTooLong(String)
         case valueTooLarge(String)
         case tooLargeInTotal
+        /// A NUL cannot be in a name: Linux lists attribute names NUL-separated, so one would
+        /// turn into two names on every device.
+        case nulInName(String)
 
         public var description: String {
             switch self {
@@ -104,6 +107,7 @@ public enum SyncedXattr {
             case .nameTooLong(let n): "attribute name '\(n.prefix(40))…' is longer than \(SyncedXattr.maxNameBytes) bytes"
             case .valueTooLarge(let n): "the value of '\(n)' is larger than \(SyncedXattr.maxValueBytes) bytes"
             case .tooLargeInTotal: "the item's attributes are larger than \(SyncedXattr.maxTotalBytes) bytes in all"
+            case .nulInName(let n): "attribute name '\(n.replacingOccurrences(of: "\0", with: "\\0"))' holds a NUL byte"
             }
         }
     }
@@ -113,6 +117,7 @@ public enum SyncedXattr {
         for (name, value) in xattrs {
             guard name.hasPrefix("user."), name.utf8.count > 5 else { throw .notUserNamespace(name) }
             if name.hasPrefix(statusPrefix) { throw .statusAttribute(name) }
+            if name.utf8.contains(0) { throw .nulInName(name) }
             if name.utf8.count > maxNameBytes { throw .nameTooLong(name) }
             if value.count > maxValueBytes { throw .valueTooLarge(name) }
             total += name.utf8.count + value.count

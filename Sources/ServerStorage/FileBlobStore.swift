@@ -58,7 +58,7 @@ public final class FileBlobStore: BlobStore, Sendable {
     public func makeWriter() throws -> any BlobWriter {
         let path = "\(root)/tmp/\(ItemID.random().rawValue)"
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw BlobStoreError.io(operation: "create", errno: errno) }
+        guard fd >= 0 else { throw ioError("create", errno) }  // out of space or of inodes: 507
         return FileBlobWriter(store: self, fd: fd, tempPath: path)
     }
 
@@ -86,9 +86,9 @@ public final class FileBlobStore: BlobStore, Sendable {
 
     static func fsyncDirectory(_ path: String) throws {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw BlobStoreError.io(operation: "open dir", errno: errno) }
+        guard fd >= 0 else { throw ioError("open dir", errno) }
         defer { close(fd) }
-        guard fsync(fd) == 0 else { throw BlobStoreError.io(operation: "fsync dir", errno: errno) }
+        guard fsync(fd) == 0 else { throw ioError("fsync dir", errno) }
     }
 }
 

@@ -22,6 +22,21 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         try writer.read(body)
     }
 
+    /// Every write goes through here: what SQLite itself refuses becomes a refusal of storage.
+    /// A full disk is the client's to wait out (507), not a server fault (500). A foreign key
+    /// that no longer holds means a row this request was authorised by went away meanwhile:
+    /// rows are only ever deleted with their account (`ubiq-server account remove`, beside a
+    /// running server that still trusts the token for a few seconds).
+    func write<T: Sendable>(_ body: @Sendable @escaping (Database) throws -> T) async throws -> T {
+        do {
+            return try await writer.write(body)
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
+            throw StorageError.diskFull
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_FOREIGNKEY {
+            throw StorageError.accountNotFound("")
+        }
+    }
+
     /// Opens (creating when missing) the database file at `path`.
     public convenience init(path: String, now: @escaping @Sendable () -> Timestamp = WallClock.now) throws {
         var config = Configuration()
@@ -134,7 +149,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     public func addAccount(name: String, passwordHash: String) async throws -> AccountRef {
         try AccountName.validate(name)
         let created = now()
-        return try await writer.write { db in
+        return try await write { db in
             if try Int64.fetchOne(try db.cachedStatement(sql: "SELECT key FROM accounts WHERE name = ?"), arguments: [name]) != nil {
                 throw StorageError.accountExists(name)
             }
@@ -153,7 +168,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     }
 
     public func removeAccount(name: String) async throws {
-        try await writer.write { db in
+        try await write { db in
             try db.cachedStatement(sql: "DELETE FROM accounts WHERE name = ?").execute(arguments: [name])
             if db.changesCount == 0 { throw StorageError.accountNotFound(name) }
         }
@@ -167,7 +182,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     }
 
     public func addToken(hash: String, for account: AccountRef, created: Timestamp) async throws {
-        try await writer.write { db in
+        try await write { db in
             try db.cachedStatement(sql: "INSERT INTO tokens (hash, account_key, created) VALUES (?, ?, ?)").execute(
                 arguments: [hash, account.key, created])
         }
@@ -203,7 +218,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         if let found = try readNow(lookup) { return found }
         guard create else { return nil }
         let created = now()
-        return try await writer.write { db in
+        return try await write { db in
             if let found = try lookup(db) { return found }
             guard try Int64.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM accounts WHERE key = ?"), arguments: [account.key]) != nil else {
                 throw StorageError.accountNotFound(account.name)
@@ -241,11 +256,11 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     }
 
     public func createItem(_ new: NewItem, in container: ContainerRef) async throws -> ItemMetadata {
-        try await writer.write { db in try Self.insert(new, in: container, db: db) }
+        try await write { db in try Self.insert(new, in: container, db: db) }
     }
 
     public func createItems(_ items: [NewItem], contents: [ContentDigest: Data], in container: ContainerRef) async throws -> [Result<ItemMetadata, StorageError>] {
-        try await writer.write { db in
+        try await write { db in
             for (digest, bytes) in contents {
                 try db.cachedStatement(sql: "INSERT OR IGNORE INTO inline_contents (digest, bytes) VALUES (?, ?)").execute(arguments: [digest.hex, bytes])
                 try Self.grant(digest, size: Int64(bytes.count), to: container.account, db)
@@ -301,7 +316,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         in container: ContainerRef
     ) async throws -> ItemMetadata {
         let modified = modified ?? now()
-        return try await writer.write { db in
+        return try await write { db in
             var item = try Self.requireLive(id, container, db)
             guard item.kind == .file else { throw StorageError.notAFile(id) }
             guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
@@ -314,7 +329,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     }
 
     public func updateItem(_ id: ItemID, base: Revision, update: ItemUpdate, in container: ContainerRef) async throws -> ItemMetadata {
-        try await writer.write { db in
+        try await write { db in
             var item = try Self.requireLive(id, container, db)
             guard id != .root else { throw StorageError.rootIsImmutable }
             guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
@@ -347,7 +362,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     }
 
     public func deleteItem(_ id: ItemID, base: Revision?, recursive: Bool, in container: ContainerRef) async throws -> [ItemMetadata] {
-        try await writer.write { db in
+        try await write { db in
             let item = try Self.requireLive(id, container, db)
             guard id != .root else { throw StorageError.rootIsImmutable }
             if let base, item.revision != base { throw StorageError.revisionConflict(current: item) }
@@ -379,7 +394,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
 
     public func setXattrs(_ id: ItemID, base: Revision?, xattrs: [String: Data], in container: ContainerRef) async throws -> ItemMetadata {
         try SyncedXattr.validateOrThrow(xattrs)
-        return try await writer.write { db in
+        return try await write { db in
             var item = try Self.requireLive(id, container, db)
             if let base, item.revision != base { throw StorageError.revisionConflict(current: item) }
             item.xattrs = xattrs
@@ -391,7 +406,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     // MARK: Blobs
 
     public func recordBlob(_ digest: ContentDigest, size: Int64, for account: AccountRef) async throws {
-        try await writer.write { db in try Self.grant(digest, size: size, to: account, db) }
+        try await write { db in try Self.grant(digest, size: size, to: account, db) }
     }
 
     /// Gives `account` the use of a stored blob, inside the caller's transaction.

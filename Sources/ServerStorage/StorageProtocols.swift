@@ -53,6 +53,8 @@ public enum StorageError: Error, Sendable, Equatable {
     case digestMismatch(declared: ContentDigest, actual: ContentDigest)
     case itemIDTaken(ItemID)
     case invalidCursor(String)
+    /// The database's disk is full: nothing was changed.
+    case diskFull
 }
 
 /// Accounts and their bearer tokens. Passwords and tokens are stored hashed only.

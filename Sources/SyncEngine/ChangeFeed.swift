@@ -281,8 +281,12 @@ struct ChangeFeedService: Service {
         var backoff: Duration = .milliseconds(200)
         while !Task.isCancelledOrShuttingDown {
             do {
-                let info = try await engine.remote.ensureContainer()
-                _ = info
+                // Another container's changes mean nothing here: wait (the status says why),
+                // and look again, in case the right server comes back.
+                guard try engine.verifyContainer(try await engine.remote.ensureContainer()) else {
+                    try? await Task.sleep(for: .seconds(5))
+                    continue
+                }
                 // The last cursor seen (skipped echoes do not store theirs), else the stored one.
                 let stored = try engine.lastCursor() ?? .start
                 let cursor = try await engine.catchUp(from: stored)

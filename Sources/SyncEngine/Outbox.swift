@@ -37,6 +37,7 @@ extension SyncEngine {
     /// them copied in costs a request and a commit per batch, not per file. Any other entry
     /// waits until nothing is in flight and then goes alone, in its turn.
     func drainOutbox() async {
+        guard await containerIsOurs() else { return }
         var skipped: Set<Int64> = []
         // Held for a writer: looked at again whenever the outbox is read, since a release or
         // fsync may have saved the file meanwhile (skipping them for the whole pass made a file

@@ -34,6 +34,11 @@ public final class SyncEngine: Sendable {
     struct State {
         var connected = false
         var lastError: String?
+        /// Why the server's container is not the one this cache was made from, once seen:
+        /// nothing is sent or applied then (see `verifyContainer`).
+        var foreignContainer: String?
+        /// The container was checked against this cache in this run of the mount.
+        var containerVerified = false
         /// Set from `generationClock` on every local write to a file: an upload whose file
         /// changed meanwhile is redone. Only files written or uploaded lately have an entry
         /// (see `generation(of:)` and `forgetGenerations(of:)`), so the map does not grow with
@@ -250,4 +255,54 @@ public final class SyncEngine: Sendable {
     }
 
     static func now() -> Timestamp { WallClock.now() }
+
+    // MARK: Which container
+
+    /// Checks that `info` is the container this cache was made from: the same creation time
+    /// (a container made anew, by another server on the same address or by an account removed
+    /// and added again, has another), and a change log not behind the one this cache applied
+    /// (a server restored from a backup). Any other container's change log and revisions mean
+    /// nothing to this cache: syncing with it made this device's uploaded files vanish from it
+    /// (hidden, marked uploaded, never sent) and queued endless retries. So nothing is sent or
+    /// applied while it differs, and the status says why; local files stay as they are. The
+    /// first container seen is recorded.
+    @discardableResult
+    func verifyContainer(_ info: ContainerInfo) throws -> Bool {
+        let created = String(info.created)
+        let recorded = try store.read { try $0.meta("container_created") }
+        var why: String?
+        if let recorded, recorded != created {
+            why = "the server's container is not the one this cache holds (it was made anew: another server, or the account was removed and added again); nothing is sent or applied and local files are kept; mount with a new --cache folder to use it"
+        } else if let mine = try lastCursor().flatMap({ Int64($0.rawValue) }), let theirs = Int64(info.cursor.rawValue), theirs < mine {
+            why = "the server's change log is behind this cache's (was it restored from a backup?); nothing is sent or applied and local files are kept; mount with a new --cache folder to start again from the server"
+        }
+        if recorded == nil { try store.write { w in try w.setMeta("container_created", created) } }
+        let wasForeign = state.withLock { s -> Bool in
+            defer { s.foreignContainer = why; s.containerVerified = why == nil }
+            return s.foreignContainer != nil
+        }
+        if let why {
+            if !wasForeign { logger.error("not syncing with this container", metadata: ["reason": "\(why)"]) }
+            setConnected(false, error: why)
+            return false
+        }
+        return true
+    }
+
+    /// True when the container was checked in this run and is the one this cache holds; asks
+    /// the server when it was not checked yet. False while it cannot be asked (offline).
+    func containerIsOurs() async -> Bool {
+        let (verified, foreign) = state.withLock { ($0.containerVerified, $0.foreignContainer) }
+        if verified { return true }
+        if foreign != nil { return false }
+        do {
+            return try verifyContainer(try await remote.ensureContainer())
+        } catch let error as RemoteError {
+            setConnected(false, error: describe(error))
+            return false
+        } catch {
+            logger.error("cannot check the server's container", metadata: ["error": "\(error)"])
+            return false
+        }
+    }
 }

@@ -66,6 +66,7 @@ extension APIError {
             self.init(.digestMismatch, "declared digest \(declared) but the body hashes to \(actual); nothing was stored")
         case .itemIDTaken(let id): self.init(.itemIDTaken, "item id '\(id)' is already used by another item")
         case .invalidCursor(let c): self.init(.invalidCursor, "'\(c)' is not a cursor of this server")
+        case .diskFull: self.init(.insufficientStorage, "the server's disk is full; nothing was changed")
         }
     }
 

@@ -109,8 +109,14 @@ struct Serve: AsyncParsableCommand {
             print("ubiq-server listening on \(address.host):\(port)")
             fflush(nil)
         }
-        let group = ServiceGroup(configuration: .init(
-            services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        var configuration = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        // A graceful shutdown waits for the requests in flight, but not for a client that
+        // stopped reading a download or sending an upload: it would hold the process (and
+        // whatever waits for it to exit) for as long as that client likes. Acknowledged
+        // writes are committed before their answer, so cutting the rest loses none.
+        configuration.maximumGracefulShutdownDuration = .seconds(10)
+        configuration.maximumCancellationDuration = .seconds(5)
+        let group = ServiceGroup(configuration: configuration)
         do {
             try await group.run()
         } catch {

@@ -13,6 +13,7 @@ import Testing
         #expect(throws: SyncedXattr.Invalid.notUserNamespace("security.selinux")) { try SyncedXattr.validate(["security.selinux": Data()]) }
         #expect(throws: SyncedXattr.Invalid.notUserNamespace("user.")) { try SyncedXattr.validate(["user.": Data()]) }
         #expect(throws: SyncedXattr.Invalid.valueTooLarge("user.a")) { try SyncedXattr.validate(["user.a": Data(count: 65_537)]) }
+        #expect(throws: SyncedXattr.Invalid.nulInName("user.\0evil")) { try SyncedXattr.validate(["user.\0evil": Data()]) }
         let many = Dictionary(uniqueKeysWithValues: (0..<5).map { ("user.a\($0)", Data(count: 60_000)) })
         #expect(throws: SyncedXattr.Invalid.tooLargeInTotal) { try SyncedXattr.validate(many) }
     }

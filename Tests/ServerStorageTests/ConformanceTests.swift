@@ -67,3 +67,46 @@ import Testing
         #expect(Credentials.hashToken(a) == Credentials.hashToken(a) && Credentials.hashToken(a) != a)
     }
 }
+
+@Suite struct FullDiskTests {
+    /// A full disk is the client's to wait out (507), never a server fault: out of inodes, a
+    /// new blob cannot be made; out of space, the database cannot commit.
+    @Test func aFullDiskIsRefusedAsSuch() async throws {
+        let dir = try TempDirectory("ubiq-full")
+        defer { dir.remove() }
+        let mounted = try await run("/bin/mount", ["-t", "tmpfs", "-o", "size=4m,nr_inodes=64", "tmpfs", dir.path], timeout: .seconds(10))
+        try #require(mounted.status == 0, "cannot mount a tmpfs: \(mounted.stderr)")
+        defer { _ = umount2(dir.path, Int32(MNT_DETACH)) }
+        let blobs = try FileBlobStore(root: dir.path + "/blobs")
+        let metadata = try SQLiteMetadataStore(path: dir.path + "/metadata.sqlite")
+        _ = try await metadata.addAccount(name: "before", passwordHash: "x")
+
+        // Out of inodes.
+        mkdir(dir.path + "/fill", 0o700)
+        var files = 0
+        while true {
+            let fd = open(dir.path + "/fill/\(files)", O_CREAT | O_WRONLY, 0o600)
+            if fd < 0 { break }
+            close(fd)
+            files += 1
+        }
+        #expect(errno == ENOSPC)
+        #expect(throws: BlobStoreError.noSpace) { _ = try blobs.makeWriter() }
+
+        // Out of space: the database's next pages have nowhere to go.
+        let filler = open(dir.path + "/fill/0", O_WRONLY)
+        let block = [UInt8](repeating: 7, count: 65_536)
+        while write(filler, block, block.count) > 0 {}
+        close(filler)
+        var refusal: (any Error)?
+        for i in 0..<1_000 {
+            do {
+                _ = try await metadata.addAccount(name: "account-\(i)", passwordHash: String(repeating: "h", count: 20_000))
+            } catch {
+                refusal = error
+                break
+            }
+        }
+        #expect(refusal as? StorageError == .diskFull, "\(String(describing: refusal))")
+    }
+}

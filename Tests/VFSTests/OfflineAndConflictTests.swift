@@ -120,6 +120,43 @@ struct OfflineTests {
     }
 }
 
+@Suite("Another container")
+struct ForeignContainerTests {
+    @Test("a cache whose server's container was made anew (another server on the same address) sends and applies nothing, keeps its files, and says why")
+    func anotherServerIsNotSyncedWith() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        let folder = try first.mkdir("photos")
+        let photo = try first.writeNewFile("p1.jpg", in: folder, Array("photo one".utf8))
+        try await first.running([.outbox, .changeFeed]) { try await first.settled() }
+        #expect(try first.xattr(photo, "user.ubiq.isUploaded") == "1")
+
+        // The same cache, mounted again against a server that never saw it.
+        let other = InMemoryRemoteStore()
+        let theirs = try other.otherDevice.createFolder("photos")
+        _ = try other.otherDevice.createFile("other.jpg", in: theirs.id, content: Array("theirs".utf8))
+        let h = try Harness(remote: other, directory: first.directory)
+        try h.writeNewFile("new.txt", Array("written here".utf8))
+        try await h.running([.outbox, .changeFeed]) {
+            try await eventually("the status to say why") { try h.engine.status().lastError?.contains("not the one this cache holds") == true }
+            // Both services have looked at the container and stopped there.
+            try await eventually("the outbox to look") { other.calls(.ensureContainer) >= 2 }
+            #expect(other.tree().keys.sorted() == ["/photos", "/photos/other.jpg"], "nothing was sent to it")
+            #expect(try h.children(folder) == ["p1.jpg"], "nothing of it was applied here")
+            #expect(try await h.read(photo) == Array("photo one".utf8))
+            #expect(try h.engine.status().connected == false)
+        }
+        #expect(try h.children().sorted() == ["new.txt", "photos"])
+        #expect(try h.pending(try h.requireIno("new.txt")) == [.content], "the new file stays queued")
+
+        // The right server again: syncing goes on.
+        let back = try first.restarted()
+        try await back.running([.outbox, .changeFeed]) {
+            try await eventually("new.txt to reach the server") { back.remote.content(atPath: "/new.txt") == Array("written here".utf8) }
+        }
+    }
+}
+
 @Suite("Conflicts")
 struct ConflictTests {
     @Test("an upload on a stale base is refused, stays queued with uploadingError, and the server keeps the other device's content")
