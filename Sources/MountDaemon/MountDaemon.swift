@@ -89,6 +89,7 @@ public enum MountDaemon {
         case .liveMount, .unresponsive: throw MountDaemonError.alreadyMounted(configuration.mountpoint)
         }
 
+        Self.raiseOpenFileLimit()
         let store = try LocalStore(path: configuration.accountDirectory + "/state.sqlite")
         // Written only when they change: a daemon that died on a full cache volume must mount
         // again (so that files can be removed), and a commit then fails.
@@ -112,6 +113,7 @@ public enum MountDaemon {
         options.allowOther = configuration.allowOther
         // Before the mount serves: a file opened meanwhile would be spared the check.
         engine.recoverUnclosedWrites()
+        engine.dropLeftoverContent()
         let mount: FuseMount
         do {
             mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs, invalidator: invalidator))
@@ -134,6 +136,7 @@ public enum MountDaemon {
         defer { MountRegistry.unregister(mountpoint: mount.mountpoint) }
         onReady()
         try await group.run()
+        engine.downloads.cancelAll()
         await client.shutdown()
     }
 
@@ -182,6 +185,19 @@ final class MountWatcher: Service, Sendable {
 /// Where the `ubiq` command finds the daemon of a mountpoint: one file per mount, named by a
 /// hash of the mountpoint, holding the cache folder (and so the control socket) on its first
 /// line and the daemon's process ID on its second.
+extension MountDaemon {
+    /// Every open file of the mount and every running download holds a descriptor here; the
+    /// soft limit a desktop session gives (often 1,024) is far below the hard one, and running
+    /// out failed unrelated opens with EIO. Raised to the hard limit, as servers do.
+    static func raiseOpenFileLimit() {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(resource, &limit)
+    }
+}
+
 public enum MountRegistry {
     public static var directory: String {
         let env = ProcessInfo.processInfo.environment

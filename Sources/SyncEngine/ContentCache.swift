@@ -116,6 +116,11 @@ public struct ContentCache: Sendable {
         return Int64(st.st_blocks) * 512
     }
 
+    /// The inodes that have a cache file.
+    public func cachedInodes() -> [Int64] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).compactMap { Int64($0) }
+    }
+
     public func exists(_ ino: Int64) -> Bool { faccessat(folder.fd, String(ino), F_OK, 0) == 0 }
 
     func status(_ ino: Int64) -> stat? {

@@ -291,6 +291,14 @@ public final class Downloads: Sendable {
 
     public func cancel(_ ino: Int64) { cancel(ino, generation: nil) }
 
+    /// Cancels every download, recording nothing: the daemon is stopping, and a download cut
+    /// by that is no failure of the server (its connections were about to be closed, which
+    /// would have read as "the server cannot be reached"). What they fetched is dropped at the
+    /// next start (`SyncEngine.dropLeftoverContent`).
+    public func cancelAll() {
+        for ino in state.withLock({ Array($0.active.keys) }) { cancel(ino) }
+    }
+
     /// Cancels the download of `ino`, only if it is that `generation` when one is given.
     func cancel(_ ino: Int64, generation: UInt64?) {
         end(ino, generation: generation, telling: EngineError.cancelled)?.task?.cancel()

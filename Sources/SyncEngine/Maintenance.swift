@@ -61,14 +61,55 @@ extension SyncEngine {
     }
 
     /// Starts downloading (`startDownloadingUbiquitousItem`): a file, or every file below a folder.
+    /// A file's starts at once. A folder's files are queued and go a few at a time
+    /// (`startWantedDownloads`): each download holds a cache file open, and starting thousands
+    /// at once ran the daemon out of file descriptors, which then failed unrelated opens.
     public func startDownload(_ ino: Int64) throws {
         guard let item = try store.read({ try $0.item(ino) }) else { throw EngineError.notFound }
         if item.kind == .folder {
-            for child in try store.read({ try $0.children(of: ino) }) { try startDownload(child.ino) }
+            let files = try store.read { try $0.descendants(of: ino) }.filter { $0.kind == .file && Self.needsContent($0) }
+            wantedDownloads.withLock { w in for file in files { w.add(file.ino) } }
+            maintenanceSignal.yield()
             return
         }
-        if item.content == .placeholder || item.content == .partial || item.content == .stale {
+        if Self.needsContent(item) { downloads.start(item) }
+    }
+
+    /// Removes cache files that hold nothing this device shows: the partial content of a
+    /// placeholder whose download the last run did not finish (received ranges are known in
+    /// memory only, so it would be fetched again from the start anyway), and files of items
+    /// that are gone. They were invisible to the cache size and its limit. Call it before the
+    /// mount serves: nothing may be open or downloading.
+    public func dropLeftoverContent() {
+        for ino in cache.cachedInodes() {
+            let item: LocalItem?
+            do { item = try store.read { try $0.item(ino) } } catch { continue }  // unsure: keep it
+            let unused = item.map { $0.kind == .file && $0.content == .placeholder } ?? true
+            if unused, !isOpen(ino), downloads.progress(ino) == nil { cache.remove(ino) }
+        }
+    }
+
+    static func needsContent(_ item: LocalItem) -> Bool {
+        item.content == .placeholder || item.content == .partial || item.content == .stale
+    }
+
+    /// How many downloads the background (pinned files, folders asked for) keeps running at once.
+    static let backgroundDownloads = 4
+
+    /// Starts queued and pinned downloads while fewer than `backgroundDownloads` run; each one
+    /// that ends signals the maintenance pass, which calls this again.
+    func startWantedDownloads() {
+        var free = Self.backgroundDownloads - downloads.activeCount
+        while free > 0, let ino = wantedDownloads.withLock({ $0.take() }) {
+            guard let item = try? store.read({ try $0.item(ino) }), item.kind == .file, Self.needsContent(item),
+                  downloads.progress(ino) == nil else { continue }
             downloads.start(item)
+            free -= 1
+        }
+        guard free > 0, let pinned = try? store.read({ try $0.pinnedNeedingContent() }) else { return }
+        for item in pinned where free > 0 && downloads.progress(item.ino) == nil {
+            downloads.start(item)
+            free -= 1
         }
     }
 
@@ -156,10 +197,8 @@ extension SyncEngine {
     func runMaintenance() async {
         cache.ensureReserve()
         saveAccessTimes()
-        // Pinned items: download what is missing, a few at a time.
-        if let pinned = try? store.read({ try $0.pinnedNeedingContent() }) {
-            for item in pinned.prefix(4) where downloads.progress(item.ino) == nil { downloads.start(item) }
-        }
+        // Folders asked for and pinned items: download what is missing, a few at a time.
+        startWantedDownloads()
         guard let limit = configuration.cacheLimit else { return }
         do {
             var used = try store.read { try $0.cachedBytesTotal() }

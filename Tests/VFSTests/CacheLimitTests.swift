@@ -79,4 +79,27 @@ struct CacheLimitTests {
             #expect(try isPlaceholder(h, old))
         }
     }
+
+    @Test("downloading a folder starts a few files at a time, not all at once, and fetches them all")
+    func aFolderDownloadsAFewAtATime() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let folder = try h.remote.otherDevice.createFolder("many")
+        for i in 0..<20 { _ = try h.remote.otherDevice.createFile("f\(i).txt", in: folder.id, content: Array("file \(i)".utf8)) }
+        try await h.running {
+            let ino = try await h.appeared("/many")
+            try await eventually("the folder's files to appear") { try h.children(ino).count == 20 }
+            let gate = h.remote.holdDownloads(afterBytes: 0)
+            try h.engine.startDownload(ino)
+            try await eventually("the first downloads to start") { h.engine.downloads.activeCount == 4 }
+            for _ in 0..<20 {
+                #expect(h.engine.downloads.activeCount <= 4)
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            gate.open()
+            try await eventually("every file to be downloaded") {
+                try h.store.read { try $0.children(of: ino) }.allSatisfy { $0.content == .current }
+            }
+        }
+    }
 }

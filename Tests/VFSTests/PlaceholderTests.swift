@@ -156,6 +156,31 @@ struct PlaceholderTests {
         }
     }
 
+    @Test("a download the daemon cancels as it stops records no error, and what it fetched is dropped at the next start")
+    func downloadCutByAStopLeavesNoErrorAndNoBytes() async throws {
+        let first = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        defer { first.close() }
+        let ino = try await first.running {
+            let (ino, _) = try await Self.twoPlaceholders(first)
+            let gate = first.remote.holdDownloads(afterBytes: 64 * 1024)
+            try first.engine.startDownload(ino)
+            try await eventually("part of the file to land") { first.engine.cache.allocatedBytes(ino) > 0 }
+            first.engine.downloads.cancelAll()
+            gate.open()
+            return ino
+        }
+        #expect(try first.xattr(ino, "user.ubiq.downloadingError") == nil)
+        #expect(try first.downloadingStatus(ino) == "notDownloaded")
+        #expect(first.engine.cache.exists(ino), "kept while this run may have readers")
+
+        let second = try first.restarted()
+        second.engine.dropLeftoverContent()
+        #expect(!second.engine.cache.exists(ino), "the next start drops what no one can see")
+        #expect(try await second.read(ino) == Self.bigContent)
+        second.engine.dropLeftoverContent()
+        #expect(second.engine.cache.exists(ino), "a downloaded file's content stays")
+    }
+
     static let bigContent = pattern(500_000, seed: 6)
 
     /// Another device makes big.bin (`bigContent`) and other.bin; both appear here as placeholders.
