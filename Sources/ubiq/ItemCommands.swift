@@ -232,6 +232,12 @@ struct Unmount: AsyncParsableCommand {
         // gone: returning before they end let a mount started at once meet it still running.
         if let daemon {
             while kill(daemon, 0) == 0 && clock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            // The kernel detached a busy mount lazily: processes still inside it keep their
+            // files and working folders, served by the daemon until they let go. Saying
+            // "unmounted" then made a mount right after fail with a puzzling message.
+            if kill(daemon, 0) == 0 {
+                throw Failure("\(target) is detached, but processes still have files or folders open in it; its daemon (pid \(daemon)) serves them and exits once they close, and the cache folder cannot be mounted again until then")
+            }
         }
         print("unmounted \(target)")
     }

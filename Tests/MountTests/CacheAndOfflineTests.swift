@@ -68,6 +68,34 @@ import Testing
         }
     }
 
+    @Test func unmountOfABusyMountSaysTheDaemonStaysUntilFilesClose() async throws {
+        try await withDevices(["A"]) { _, devices in
+            let a = devices[0]
+            try await a.must(#"echo kept > "$M/kept.txt""#)
+            // A process that keeps a file open in the mount until its stdin closes.
+            let holder = Process()
+            holder.executableURL = URL(fileURLWithPath: "/bin/bash")
+            holder.arguments = ["-c", #"exec 3<"$M/kept.txt"; echo holding; read -r _"#]
+            holder.environment = ["M": a.mountpoint, "PATH": "/usr/bin:/bin"]
+            let input = Pipe(), output = Pipe()
+            holder.standardInput = input
+            holder.standardOutput = output
+            try holder.run()
+            defer { if holder.isRunning { holder.terminate() } }
+            #expect(String(decoding: output.fileHandleForReading.availableData, as: UTF8.self) == "holding\n")
+
+            let busy = try await a.ubiq(["unmount", a.mountpoint, "--timeout", "5"], timeout: .seconds(60))
+            #expect(busy.status == 1 && busy.stderr.contains("detached") && !busy.stdout.contains("unmounted"), "\(busy)")
+            #expect(try await a.daemonPID() != nil, "it still serves the open file")
+
+            try input.fileHandleForWriting.close()
+            holder.waitUntilExit()
+            try await eventually("the daemon to exit once the file is closed") { try await a.daemonPID() == nil }
+            try await a.mountAgain()
+            #expect(try await a.must(#"cat "$M/kept.txt""#) == "kept\n")
+        }
+    }
+
     @Test func evictIsRefusedWhileChangesAreUnsent() async throws {
         try await withDevices(["A"]) { server, devices in
             let a = devices[0]
