@@ -24,6 +24,9 @@ public struct MountConfiguration: Sendable {
     public var logLevel: Logger.Level
     /// Let other users in (FUSE admits only the mounting user otherwise); modes still apply.
     public var allowOther: Bool
+    /// A newer token for the same server and account, when the server refuses this one (see
+    /// `SyncHTTPClient.freshToken`).
+    public var freshToken: (@Sendable () -> String?)?
 
     public init(mountpoint: String, serverURL: String, token: String, account: String, container: ContainerID,
                 cacheDirectory: String, deviceName: String, cacheLimit: Int64?, logLevel: Logger.Level = .info, allowOther: Bool = false) {
@@ -97,7 +100,8 @@ public enum MountDaemon {
         if try store.read({ r in try meta.contains { try r.meta($0.key) != $0.value } }) {
             try store.write { w in for (key, value) in meta { try w.setMeta(key, value) } }
         }
-        let client = SyncHTTPClient(baseURL: configuration.serverURL, token: configuration.token, container: configuration.container)
+        let client = SyncHTTPClient(baseURL: configuration.serverURL, token: configuration.token, container: configuration.container,
+                                    freshToken: configuration.freshToken)
         let events = EventFanOut()
         let mountBox = Mutex<FuseMount?>(nil)
         let invalidator = KernelInvalidator(events: events, logger: logger) { mountBox.withLock { $0?.notifier } }
@@ -135,7 +139,12 @@ public enum MountDaemon {
         MountRegistry.register(mountpoint: mount.mountpoint, cacheDirectory: configuration.cacheDirectory)
         defer { MountRegistry.unregister(mountpoint: mount.mountpoint) }
         onReady()
-        try await group.run()
+        do {
+            try await group.run()
+        } catch {
+            engine.downloads.cancelAll()
+            throw error
+        }
         engine.downloads.cancelAll()
         await client.shutdown()
     }
@@ -182,9 +191,6 @@ final class MountWatcher: Service, Sendable {
     }
 }
 
-/// Where the `ubiq` command finds the daemon of a mountpoint: one file per mount, named by a
-/// hash of the mountpoint, holding the cache folder (and so the control socket) on its first
-/// line and the daemon's process ID on its second.
 extension MountDaemon {
     /// Every open file of the mount and every running download holds a descriptor here; the
     /// soft limit a desktop session gives (often 1,024) is far below the hard one, and running
@@ -198,6 +204,9 @@ extension MountDaemon {
     }
 }
 
+/// Where the `ubiq` command finds the daemon of a mountpoint: one file per mount, named by a
+/// hash of the mountpoint, holding the cache folder (and so the control socket) on its first
+/// line and the daemon's process ID on its second.
 public enum MountRegistry {
     public static var directory: String {
         let env = ProcessInfo.processInfo.environment

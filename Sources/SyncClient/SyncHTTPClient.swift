@@ -14,7 +14,11 @@ import Synchronization
 public final class SyncHTTPClient: Sendable {
     public let baseURL: String
     public let container: ContainerID
-    let token: String
+    let tokenBox: Mutex<String>
+    var token: String { tokenBox.withLock { $0 } }
+    /// Asked when the server refuses the token: a newer one (`ubiq login` run again while the
+    /// mount runs), or nil. The next request uses it, so a mount need not be restarted.
+    let freshToken: (@Sendable () -> String?)?
     let http: HTTPClient
 
     /// Connect fails fast (2 s) so that an offline mount answers at once; reads may idle up to
@@ -30,9 +34,10 @@ public final class SyncHTTPClient: Sendable {
         return c
     }()
 
-    public init(baseURL: String, token: String, container: ContainerID, http: HTTPClient? = nil) {
+    public init(baseURL: String, token: String, container: ContainerID, http: HTTPClient? = nil, freshToken: (@Sendable () -> String?)? = nil) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
-        self.token = token
+        self.tokenBox = Mutex(token)
+        self.freshToken = freshToken
         self.container = container
         self.http = http ?? HTTPClient(eventLoopGroupProvider: .singleton, configuration: Self.configuration)
         downloadLoop = self.http.eventLoopGroup.next()
@@ -90,7 +95,7 @@ public final class SyncHTTPClient: Sendable {
             r.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(body)))
         }
         let (status, data) = try await Self.send(http, r)
-        guard expect.contains(status) else { throw Self.error(status: status, body: data) }
+        guard expect.contains(status) else { throw failure(status: status, body: data) }
         return try Self.decode(T.self, data)
     }
 
@@ -113,6 +118,15 @@ public final class SyncHTTPClient: Sendable {
         do { return try JSONDecoder().decode(T.self, from: Data(body.readableBytesView)) } catch {
             throw RemoteError.protocolError("cannot read the server's answer as \(T.self): \(error)")
         }
+    }
+
+    /// `error(status:body:)`, and on a refused token the switch to a fresh one, if any.
+    func failure(status: Int, body: ByteBuffer) -> RemoteError {
+        let error = Self.error(status: status, body: body)
+        if case .unauthorized = error, let fresh = freshToken?(), !fresh.isEmpty {
+            tokenBox.withLock { $0 = fresh }
+        }
+        return error
     }
 
     static func error(status: Int, body: ByteBuffer) -> RemoteError {
@@ -179,7 +193,7 @@ public final class SyncHTTPClient: Sendable {
         switch status {
         case 200: return true
         case 404: return false
-        default: throw Self.error(status: status, body: body)
+        default: throw failure(status: status, body: body)
         }
     }
 
@@ -189,7 +203,7 @@ public final class SyncHTTPClient: Sendable {
         let chunks = try FileChunks(path: path, size: size)
         r.body = .stream(chunks, length: .known(size))
         let (status, body) = try await Self.send(http, r)
-        guard status == 201 || status == 200 else { throw Self.error(status: status, body: body) }
+        guard status == 201 || status == 200 else { throw failure(status: status, body: body) }
     }
 
     /// Hands the bytes to `receive` on the connection's event loop as they arrive, without a
@@ -243,7 +257,7 @@ public final class SyncHTTPClient: Sendable {
                     }
                     let status = Int(response.status.code)
                     guard status == 200 else {
-                        throw Self.error(status: status, body: try await response.body.collect(upTo: 1 << 20))
+                        throw failure(status: status, body: try await response.body.collect(upTo: 1 << 20))
                     }
                     var parser = ServerSentEventParser()
                     for try await buffer in response.body {

@@ -283,7 +283,8 @@ struct ChangeFeedService: Service {
             do {
                 // Another container's changes mean nothing here: wait (the status says why),
                 // and look again, in case the right server comes back.
-                guard try engine.verifyContainer(try await engine.remote.ensureContainer()) else {
+                let mine = try engine.lastCursor()
+                guard try engine.verifyContainer(try await engine.remote.ensureContainer(), mine: mine) else {
                     try? await Task.sleep(for: .seconds(5))
                     continue
                 }
@@ -296,6 +297,8 @@ struct ChangeFeedService: Service {
                 let connected = try await cancelWhenGracefulShutdown { () async throws -> Bool in
                     var connected = false
                     for try await event in stream {
+                        // Found to be another container (by the outbox): stop applying.
+                        if engine.state.withLock({ $0.foreignContainer != nil }) { break }
                         switch event {
                         case .change(let change):
                             let inval = try engine.apply(change)

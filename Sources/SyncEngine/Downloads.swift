@@ -317,6 +317,9 @@ public final class Downloads: Sendable {
             return a
         }
         for sink in active?.sinks ?? [] { sink.cancel() }
+        // A slot for queued downloads is free, also when this one was cancelled (`finish`,
+        // which says so too, never runs then).
+        if active != nil { onFinished(ino) }
         for w in active?.waiters ?? [] { w.resume(outcome) }
         return active
     }

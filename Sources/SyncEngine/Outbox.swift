@@ -109,7 +109,9 @@ extension SyncEngine {
                 settle(finished.results)
                 return true
             }
-            while !Task.isCancelled && !offline {
+            // A connection lost meanwhile may come back to another container: checked again
+            // before the next pass sends anything (`setConnected`).
+            while !Task.isCancelled && !offline && state.withLock({ $0.containerVerified }) {
                 if batch.isEmpty {
                     // A batch per read: a queue of thousands is read once per hundred entries,
                     // not once per entry.
@@ -462,7 +464,16 @@ extension SyncEngine {
         if clean { now.content = .current }
         now.cachedBytes = max(now.cachedBytes, size)
         try w.update(now)
-        return item.revision == nil ? try followUpCreate(item, result, w) : false
+        // Changed (or its generations forgotten by a close) during the upload: what is in the
+        // cache now goes up too. A write's release queues that itself; this covers the rest,
+        // so a dirty file is never left with nothing queued (a waiting entry is not doubled).
+        var again = false
+        if try !clean && now.content == .dirty && !w.reader.isExcluded(item.ino) {
+            try w.enqueue(.content, ino: item.ino)
+            again = true
+        }
+        let followUps = item.revision == nil ? try followUpCreate(item, result, w) : false
+        return followUps || again
     }
 
     /// Two devices edited the same base and the server has the other one's: this device's

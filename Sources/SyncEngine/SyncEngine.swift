@@ -270,6 +270,9 @@ public final class SyncEngine: Sendable {
     func setConnected(_ connected: Bool, error: String?) {
         let changed = state.withLock { s -> Bool in
             defer { s.connected = connected; s.lastError = error }
+            // Whoever answers after a lost connection or a refused token may be another
+            // server, or the account added again: the container is checked again first.
+            if !connected { s.containerVerified = false }
             return s.connected != connected
         }
         if changed {
@@ -290,14 +293,17 @@ public final class SyncEngine: Sendable {
     /// (hidden, marked uploaded, never sent) and queued endless retries. So nothing is sent or
     /// applied while it differs, and the status says why; local files stay as they are. The
     /// first container seen is recorded.
+    ///
+    /// `mine` is this cache's cursor read before `info` was asked for: changes applied while
+    /// the answer travelled must not make the server look behind.
     @discardableResult
-    func verifyContainer(_ info: ContainerInfo) throws -> Bool {
+    func verifyContainer(_ info: ContainerInfo, mine: ChangeCursor?) throws -> Bool {
         let created = String(info.created)
         let recorded = try store.read { try $0.meta("container_created") }
         var why: String?
         if let recorded, recorded != created {
             why = "the server's container is not the one this cache holds (it was made anew: another server, or the account was removed and added again); nothing is sent or applied and local files are kept; mount with a new --cache folder to use it"
-        } else if let mine = try lastCursor().flatMap({ Int64($0.rawValue) }), let theirs = Int64(info.cursor.rawValue), theirs < mine {
+        } else if let mine = mine.flatMap({ Int64($0.rawValue) }), let theirs = Int64(info.cursor.rawValue), theirs < mine {
             why = "the server's change log is behind this cache's (was it restored from a backup?); nothing is sent or applied and local files are kept; mount with a new --cache folder to start again from the server"
         }
         if recorded == nil { try store.write { w in try w.setMeta("container_created", created) } }
@@ -313,14 +319,14 @@ public final class SyncEngine: Sendable {
         return true
     }
 
-    /// True when the container was checked in this run and is the one this cache holds; asks
-    /// the server when it was not checked yet. False while it cannot be asked (offline).
+    /// True when the container was checked since the last lost connection and is the one this
+    /// cache holds; asks the server otherwise (again each time while it is another one). False
+    /// while it cannot be asked (offline).
     func containerIsOurs() async -> Bool {
-        let (verified, foreign) = state.withLock { ($0.containerVerified, $0.foreignContainer) }
-        if verified { return true }
-        if foreign != nil { return false }
+        if state.withLock({ $0.containerVerified }) { return true }
         do {
-            return try verifyContainer(try await remote.ensureContainer())
+            let mine = try lastCursor()
+            return try verifyContainer(try await remote.ensureContainer(), mine: mine)
         } catch let error as RemoteError {
             setConnected(false, error: describe(error))
             return false

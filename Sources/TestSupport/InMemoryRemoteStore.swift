@@ -67,14 +67,16 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
 
     let state = Mutex(State())
     public let containerID: ContainerID
-    let created: Timestamp
+    public let created: Timestamp
     /// Downloads arrive in chunks of this size, so that readers see content land progressively.
     public let chunkSize: Int
 
-    public init(container: ContainerID = .default, chunkSize: Int = 64 * 1024) {
+    /// - Parameter created: the container's creation time; another store's, for a server
+    ///   restored from a backup of it (same container, a change log behind).
+    public init(container: ContainerID = .default, chunkSize: Int = 64 * 1024, created: Timestamp? = nil) {
         self.containerID = container
         self.chunkSize = max(1, chunkSize)
-        created = Self.now()
+        self.created = created ?? Self.now()
         let created = self.created
         state.withLock { s in
             var root = ItemMetadata(

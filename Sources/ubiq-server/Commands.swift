@@ -115,7 +115,6 @@ struct Serve: AsyncParsableCommand {
         // whatever waits for it to exit) for as long as that client likes. Acknowledged
         // writes are committed before their answer, so cutting the rest loses none.
         configuration.maximumGracefulShutdownDuration = .seconds(10)
-        configuration.maximumCancellationDuration = .seconds(5)
         let group = ServiceGroup(configuration: configuration)
         do {
             try await group.run()

@@ -33,11 +33,16 @@ struct Mount: AsyncParsableCommand {
         try checkMountpoint(target)
         let login = try await resolveLogin()
         let cacheDir = cache.map(Paths.absolute) ?? (Paths.cache + "/mounts/" + ContentDigest(bytes: SHA256.hash(data: Array(target.utf8))).hex.prefix(16))
-        let config = MountConfiguration(
+        var config = MountConfiguration(
             mountpoint: target, serverURL: login.server, token: login.token, account: login.user,
             container: try ContainerID(container), cacheDirectory: cacheDir,
             deviceName: device ?? ProcessInfo.processInfo.hostName, cacheLimit: cacheSize.flatMap(ByteCount.parse),
             logLevel: Logger.Level(rawValue: logLevel) ?? .info, allowOther: allowOther)
+        // `ubiq login` run again (a new password, an account added again) reaches a running
+        // mount: the stored token is read again when the server refuses the one in use.
+        config.freshToken = { [server = login.server, user = login.user] in
+            StoredLogin.load().flatMap { $0.server == server && $0.user == user ? $0.token : nil }
+        }
         if foreground {
             do {
                 try await MountDaemon.run(config) { print("mounted \(target)"); fflush(nil) }

@@ -96,6 +96,32 @@ import Testing
         }
     }
 
+    @Test func anAccountAddedAgainIsAnotherContainerAndTheMountSaysSoAfterLogin() async throws {
+        try await withDevices(["A"], serverArguments: ["--auth-cache-seconds", "0"]) { server, devices in
+            let a = devices[0]
+            try await a.must(#"echo first > "$M/first.txt""#)
+            try await eventually("first.txt to be uploaded") { try await a.xattr("first.txt", "user.ubiq.isUploaded") == "1" }
+            // Removed and added again: a new account, with a new, empty container.
+            try await server.removeAccount("alice")
+            try await server.addAccount("alice", password: "new-pw")
+            try await a.must(#"echo second > "$M/second.txt""#)
+            try await eventually("the mount to say the token is refused") {
+                try await a.ubiq(["status", "--mount", a.mountpoint]).stdout.contains("refused the login token")
+            }
+            // Logging in again reaches the running mount, which then finds a container that is
+            // not the one its cache holds, and says so instead of syncing with it.
+            let login = try await a.ubiq(["login", "--server", a.serverURL, "--user", "alice", "--password-stdin"], stdin: "new-pw\n")
+            #expect(login.status == 0, "\(login)")
+            try await eventually("the mount to name the other container") {
+                try await a.ubiq(["status", "--mount", a.mountpoint]).stdout.contains("not the one this cache holds")
+            }
+            #expect(try await a.must(#"cat "$M/first.txt" "$M/second.txt""#) == "first\nsecond\n", "local files are kept")
+            let b = try await TestDevice.mount("B", server: server, user: "alice", password: "new-pw")
+            defer { Task { await b.unmount(); b.remove() } }
+            #expect(try await b.must(#"ls -A "$M""#) == "", "nothing was sent to the new container")
+        }
+    }
+
     @Test func evictIsRefusedWhileChangesAreUnsent() async throws {
         try await withDevices(["A"]) { server, devices in
             let a = devices[0]

@@ -128,7 +128,13 @@ struct ForeignContainerTests {
         defer { first.close() }
         let folder = try first.mkdir("photos")
         let photo = try first.writeNewFile("p1.jpg", in: folder, Array("photo one".utf8))
-        try await first.running([.outbox, .changeFeed]) { try await first.settled() }
+        try await first.running([.outbox, .changeFeed]) {
+            try await first.settled()
+            // A change from elsewhere: this cache's stored cursor is past it (its own echoes
+            // alone do not store theirs).
+            try first.remote.otherDevice.createFile("elsewhere.txt", content: Array("theirs".utf8))
+            _ = try await first.appeared("/elsewhere.txt")
+        }
         #expect(try first.xattr(photo, "user.ubiq.isUploaded") == "1")
 
         // The same cache, mounted again against a server that never saw it.
@@ -146,8 +152,15 @@ struct ForeignContainerTests {
             #expect(try await h.read(photo) == Array("photo one".utf8))
             #expect(try h.engine.status().connected == false)
         }
-        #expect(try h.children().sorted() == ["new.txt", "photos"])
+        #expect(try h.children().sorted() == ["elsewhere.txt", "new.txt", "photos"])
         #expect(try h.pending(try h.requireIno("new.txt")) == [.content], "the new file stays queued")
+
+        // A server restored from a backup: the same container, its change log behind.
+        let restored = try Harness(remote: InMemoryRemoteStore(created: first.remote.created), directory: first.directory)
+        try await restored.running([.outbox, .changeFeed]) {
+            try await eventually("the status to say why") { try restored.engine.status().lastError?.contains("behind") == true }
+            #expect(restored.remote.tree().isEmpty, "nothing was sent to it")
+        }
 
         // The right server again: syncing goes on.
         let back = try first.restarted()
