@@ -17,6 +17,9 @@ public enum ContentState: String, Sendable, Codable, Hashable {
     /// The cache file holds the whole of the version this device shows: reads need nothing
     /// from the server.
     public var isWhole: Bool { self == .current || self == .dirty }
+
+    /// The server's current content is not (all) here: a download would fetch it.
+    public var needsDownload: Bool { self == .placeholder || self == .partial || self == .stale }
 }
 
 /// One item of the mount, as the local database keeps it.

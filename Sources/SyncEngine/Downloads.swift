@@ -176,7 +176,7 @@ public final class Downloads: Sendable {
         }
         defer { state.withLock { stopLooking(&$0) } }
         guard let fresh = try? store.read({ try $0.item(ino) }), fresh.kind == .file,
-              fresh.content == .placeholder || fresh.content == .partial || fresh.content == .stale,
+              fresh.content.needsDownload,
               let digest = fresh.serverDigest
         else { return }
         let size = fresh.size

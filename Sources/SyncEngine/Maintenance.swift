@@ -67,12 +67,12 @@ extension SyncEngine {
     public func startDownload(_ ino: Int64) throws {
         guard let item = try store.read({ try $0.item(ino) }) else { throw EngineError.notFound }
         if item.kind == .folder {
-            let files = try store.read { try $0.descendants(of: ino) }.filter { $0.kind == .file && Self.needsContent($0) }
+            let files = try store.read { try $0.descendants(of: ino) }.filter { $0.kind == .file && $0.content.needsDownload }
             wantedDownloads.withLock { w in for file in files { w.add(file.ino) } }
             maintenanceSignal.yield()
             return
         }
-        if Self.needsContent(item) { downloads.start(item) }
+        if item.content.needsDownload { downloads.start(item) }
     }
 
     /// Removes cache files that hold nothing this device shows: the partial content of a
@@ -89,10 +89,6 @@ extension SyncEngine {
         }
     }
 
-    static func needsContent(_ item: LocalItem) -> Bool {
-        item.content == .placeholder || item.content == .partial || item.content == .stale
-    }
-
     /// How many downloads the background (pinned files, folders asked for) keeps running at once.
     static let backgroundDownloads = 4
 
@@ -101,7 +97,7 @@ extension SyncEngine {
     func startWantedDownloads() {
         var free = Self.backgroundDownloads - downloads.activeCount
         while free > 0, let ino = wantedDownloads.withLock({ $0.take() }) {
-            guard let item = try? store.read({ try $0.item(ino) }), item.kind == .file, Self.needsContent(item),
+            guard let item = try? store.read({ try $0.item(ino) }), item.kind == .file, item.content.needsDownload,
                   downloads.progress(ino) == nil else { continue }
             downloads.start(item)
             free -= 1
@@ -116,7 +112,7 @@ extension SyncEngine {
     /// Makes sure the first bytes of a file can be read, starting its download: opening a
     /// placeholder that cannot be downloaded fails at once instead of hanging a later read.
     public func prepareForReading(_ item: LocalItem) async throws {
-        guard item.kind == .file, item.content == .placeholder || item.content == .partial || item.content == .stale else { return }
+        guard item.kind == .file, item.content.needsDownload else { return }
         try await waitForContent(item, range: 0..<min(item.size, Self.firstBytes))
     }
 

@@ -596,7 +596,7 @@ public final class FileSystem: Sendable {
         var item = try item(ino)
         if let size = changes.size {
             guard item.kind == .file else { throw .isADirectory }
-            if size != 0 && (item.content == .placeholder || item.content == .partial || item.content == .stale) {
+            if size != 0 && item.content.needsDownload {
                 do { try await engine.waitForContent(item, range: 0..<item.size) } catch { throw Self.fsError(error) }
             }
             let fd: Int32
