@@ -283,8 +283,7 @@ struct ChangeFeedService: Service {
             do {
                 // Another container's changes mean nothing here: wait (the status says why),
                 // and look again, in case the right server comes back.
-                let mine = try engine.lastCursor()
-                guard try engine.verifyContainer(try await engine.remote.ensureContainer(), mine: mine) else {
+                guard try await engine.checkContainer() else {
                     try? await Task.sleep(for: .seconds(5))
                     continue
                 }

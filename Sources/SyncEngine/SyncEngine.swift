@@ -35,7 +35,7 @@ public final class SyncEngine: Sendable {
         var connected = false
         var lastError: String?
         /// Why the server's container is not the one this cache was made from, once seen:
-        /// nothing is sent or applied then (see `verifyContainer`).
+        /// nothing is sent or applied then (see `checkContainer`).
         var foreignContainer: String?
         /// The container was checked against this cache in this run of the mount.
         var containerVerified = false
@@ -285,7 +285,7 @@ public final class SyncEngine: Sendable {
 
     // MARK: Which container
 
-    /// Checks that `info` is the container this cache was made from: the same creation time
+    /// Asks the server for its container and checks it is the one this cache was made from: the same creation time
     /// (a container made anew, by another server on the same address or by an account removed
     /// and added again, has another), and a change log not behind the one this cache applied
     /// (a server restored from a backup). Any other container's change log and revisions mean
@@ -294,10 +294,12 @@ public final class SyncEngine: Sendable {
     /// applied while it differs, and the status says why; local files stay as they are. The
     /// first container seen is recorded.
     ///
-    /// `mine` is this cache's cursor read before `info` was asked for: changes applied while
-    /// the answer travelled must not make the server look behind.
+    /// This cache's cursor is read before the server is asked: changes applied while the
+    /// answer travels must not make the server look behind.
     @discardableResult
-    func verifyContainer(_ info: ContainerInfo, mine: ChangeCursor?) throws -> Bool {
+    func checkContainer() async throws -> Bool {
+        let mine = try lastCursor()
+        let info = try await remote.ensureContainer()
         let created = String(info.created)
         let recorded = try store.read { try $0.meta("container_created") }
         var why: String?
@@ -325,8 +327,7 @@ public final class SyncEngine: Sendable {
     func containerIsOurs() async -> Bool {
         if state.withLock({ $0.containerVerified }) { return true }
         do {
-            let mine = try lastCursor()
-            return try verifyContainer(try await remote.ensureContainer(), mine: mine)
+            return try await checkContainer()
         } catch let error as RemoteError {
             setConnected(false, error: describe(error))
             return false
