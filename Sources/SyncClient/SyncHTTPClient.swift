@@ -42,6 +42,7 @@ public final class SyncHTTPClient: Sendable {
         self.http = http ?? HTTPClient(eventLoopGroupProvider: .singleton, configuration: Self.configuration)
         downloadLoop = self.http.eventLoopGroup.next()
         downloads = HTTPClient(eventLoopGroupProvider: .shared(downloadLoop), configuration: Self.configuration)
+        longDownloads = HTTPClient(eventLoopGroupProvider: .shared(downloadLoop), configuration: Self.configuration)
     }
 
     /// Downloads run on one event loop, in a client of their own whose connections all live on
@@ -51,9 +52,17 @@ public final class SyncHTTPClient: Sendable {
     /// millisecond on an idle CPU of this virtual machine, in an open's wait for its first bytes).
     let downloadLoop: any EventLoop
     let downloads: HTTPClient
+    /// Long transfers (the rest of a file after its head) get connections of their own. A
+    /// transfer cut short (an evict, a newer version) closes its connection, and the head of
+    /// the next file opened would then wait for a new connection's handshake (0.3 ms on
+    /// loopback, a round trip or more to a remote server); short requests keep theirs.
+    let longDownloads: HTTPClient
+    /// Ranges longer than this are long transfers: above a priority fetch (4 MiB).
+    static let longDownloadBytes: Int64 = 8 << 20
 
     public func shutdown() async {
         try? await downloads.shutdown()
+        try? await longDownloads.shutdown()
         try? await http.shutdown()
     }
 
@@ -226,7 +235,8 @@ public final class SyncHTTPClient: Sendable {
             return { throw RemoteError.protocolError("cannot build a request: \(error)") }
         }
         let delegate = DownloadDelegate(range: range, receive: receive)
-        let task = downloads.execute(request: request, delegate: delegate, eventLoop: .delegate(on: downloadLoop))
+        let client = range.count > Self.longDownloadBytes || range.isEmpty ? longDownloads : downloads
+        let task = client.execute(request: request, delegate: delegate, eventLoop: .delegate(on: downloadLoop))
         return {
             do {
                 try await withTaskCancellationHandler {

@@ -49,6 +49,30 @@ import Testing
         }
     }
 
+    /// A file whose rest (after its head) is a long transfer, on connections of its own: it
+    /// reads back identical on the other device, also when an evict cut its first download,
+    /// and the next placeholder opened after the cut still gets its bytes.
+    @Test func aLargeFileReadsBackIdenticalAlsoAfterAnEvictCutItsDownload() async throws {
+        try await withDevices(["A", "B"]) { _, devices in
+            let (a, b) = (devices[0], devices[1])
+            // 24 MiB of random bytes: over the 8 MiB from which a transfer counts as long.
+            try await a.must(#"head -c 25165824 /dev/urandom > "$M/large.bin" && echo small > "$M/small.txt""#)
+            let want = String(try await a.must(#"sha256sum < "$M/large.bin""#).prefix(64))
+            try await a.waitUntilUploaded()
+            try await eventually(timeout: .seconds(30), "B sees both files") {
+                (try await b.sh(#"test -f "$M/large.bin" && test -f "$M/small.txt""#)).status == 0
+            }
+            // The first bytes start the download of the whole file; the evict right after cuts
+            // it when it is still running (else it drops the finished copy).
+            #expect(try await b.must(#"head -c 4 "$M/large.bin" | wc -c"#).trimmingCharacters(in: .whitespacesAndNewlines) == "4")
+            let evict = try await b.ubiq(["evict", b.mountpoint + "/large.bin"])
+            #expect(evict.status == 0, "\(evict.stderr)")
+            #expect(try await b.must(#"cat "$M/small.txt""#) == "small\n")
+            #expect(String(try await b.must(#"sha256sum < "$M/large.bin""#).prefix(64)) == want)
+            #expect(try await b.xattr("large.bin", "user.ubiq.downloadingStatus") == "current")
+        }
+    }
+
     @Test func renamesDeletesFoldersAndTagsPropagate() async throws {
         try await withDevices(["A", "B"]) { _, devices in
             let (a, b) = (devices[0], devices[1])
