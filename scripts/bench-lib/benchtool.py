@@ -350,7 +350,7 @@ def rows(p):
         ("ls_cold", f"ls -lR of {p.files:,} files, cold (median of 3)", "s"),
         ("ls_warm", "ls -lR, warm (each after a cold one; median)", "s"),
         ("stat_rate", f"stat of each of the {p.files:,} files", "stats/s"),
-        ("read_downloaded", f"sequential read, downloaded {big} file", "MB/s"),
+        ("read_downloaded", f"sequential read, downloaded {big} file (median of 3)", "MB/s"),
         ("ttfb", f"first 4 KiB of a {big} placeholder (median of 5)", "ms"),
         ("ttfb_warm", "  the same with the caches warm (median of 5)", "ms"),
         ("read_placeholder", f"full read of a {big} placeholder", "MB/s"),
