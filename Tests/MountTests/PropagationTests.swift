@@ -69,7 +69,10 @@ import Testing
             #expect(evict.status == 0, "\(evict.stderr)")
             #expect(try await b.must(#"cat "$M/small.txt""#) == "small\n")
             #expect(String(try await b.must(#"sha256sum < "$M/large.bin""#).prefix(64)) == want)
-            #expect(try await b.xattr("large.bin", "user.ubiq.downloadingStatus") == "current")
+            // Current once the whole file is checked against its digest, which follows the read.
+            try await eventually(timeout: .seconds(30), "large.bin to be current on B") {
+                try await b.xattr("large.bin", "user.ubiq.downloadingStatus") == "current"
+            }
         }
     }
 
