@@ -129,6 +129,11 @@ public final class LocalStore: Sendable {
             // taken): the server's item is ours if it holds one of these.
             try db.execute(sql: "CREATE TABLE sent_creates (ino INTEGER NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (ino, digest)) WITHOUT ROWID")
         }
+        m.registerMigration("v6: download requests") { db in
+            // Files `ubiq download` (startDownloadingUbiquitousItem) asked for and that are not
+            // here yet: the background downloads them a few at a time, also after a restart.
+            try db.execute(sql: "CREATE TABLE download_requests (ino INTEGER PRIMARY KEY REFERENCES items(ino) ON DELETE CASCADE)")
+        }
         return m
     }
 
@@ -318,6 +323,20 @@ public struct LocalReader {
             .compactMap { try? ContentDigest(hex: $0) })
     }
 
+    /// Files asked for with `requestDownload` that still need their content, in the order of
+    /// the index (the oldest items first), at most `limit`.
+    public func requestedNeedingContent(limit: Int) throws -> [LocalItem] {
+        try items("""
+            SELECT items.* FROM download_requests JOIN items ON items.ino = download_requests.ino
+            WHERE items.kind = 'file' AND items.content IN ('placeholder', 'partial', 'stale')
+            ORDER BY download_requests.ino LIMIT ?
+            """, [limit])
+    }
+
+    public func isDownloadRequested(_ ino: Int64) throws -> Bool {
+        try Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM download_requests WHERE ino = ?"), arguments: [ino]) ?? false
+    }
+
     public func pinnedNeedingContent() throws -> [LocalItem] {
         try items("SELECT * FROM items WHERE kind = 'file' AND pinned = 1 AND content IN ('placeholder', 'partial', 'stale')")
     }
@@ -423,6 +442,17 @@ public struct LocalWriter {
     /// another identity), and it must still go, whatever happens to the row later.
     public func dropOps(for ino: Int64) throws {
         try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ? AND op != 'delete'").execute(arguments: [ino])
+    }
+
+    /// Asks for the content of the files `inos` (see `requestedNeedingContent`).
+    public func requestDownload(_ inos: [Int64]) throws {
+        let statement = try db.cachedStatement(sql: "INSERT OR IGNORE INTO download_requests (ino) VALUES (?)")
+        for ino in inos { try statement.execute(arguments: [ino]) }
+    }
+
+    /// The request for `ino`'s content is done with: it arrived, was evicted, or cannot come.
+    public func dropDownloadRequest(_ ino: Int64) throws {
+        try db.cachedStatement(sql: "DELETE FROM download_requests WHERE ino = ?").execute(arguments: [ino])
     }
 
     /// Recorded before an upload (a create or a new version) of the file `ino` with content

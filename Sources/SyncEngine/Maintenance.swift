@@ -35,6 +35,9 @@ extension SyncEngine {
         if isOpen(ino) { throw EvictRefusal.inUse }
         let pending = try store.read { try $0.pendingOps(for: ino) }
         if item.content == .dirty || pending > 0 { throw EvictRefusal.unsentChanges }
+        // Asked for and now evicted: no longer wanted (dropped before the cancel, so that the
+        // background does not start it again in between).
+        try store.write { try $0.dropDownloadRequest(ino) }
         downloads.cancel(ino)
         try store.write { w in
             guard var now = try w.reader.item(ino), now.content != .dirty else { return }
@@ -61,18 +64,19 @@ extension SyncEngine {
     }
 
     /// Starts downloading (`startDownloadingUbiquitousItem`): a file, or every file below a folder.
-    /// A file's starts at once. A folder's files are queued and go a few at a time
+    /// The request is recorded (`download_requests`), so that what has not arrived when the
+    /// daemon stops is fetched after the next start, as iCloud Drive keeps a requested
+    /// download going. A file's starts at once. A folder's files go a few at a time
     /// (`startWantedDownloads`): each download holds a cache file open, and starting thousands
     /// at once ran the daemon out of file descriptors, which then failed unrelated opens.
     public func startDownload(_ ino: Int64) throws {
         guard let item = try store.read({ try $0.item(ino) }) else { throw EngineError.notFound }
-        if item.kind == .folder {
-            let files = try store.read { try $0.descendants(of: ino) }.filter { $0.kind == .file && $0.content.needsDownload }
-            wantedDownloads.withLock { w in for file in files { w.add(file.ino) } }
-            maintenanceSignal.yield()
-            return
-        }
-        if item.content.needsDownload { downloads.start(item) }
+        let files = item.kind == .folder
+            ? try store.read { try $0.descendants(of: ino) }.filter { $0.kind == .file && $0.content.needsDownload }
+            : item.content.needsDownload ? [item] : []
+        guard !files.isEmpty else { return }
+        try store.write { try $0.requestDownload(files.map(\.ino)) }
+        if item.kind == .file { downloads.start(item) } else { maintenanceSignal.yield() }
     }
 
     /// Removes cache files that hold nothing this device shows: the partial content of a
@@ -92,13 +96,17 @@ extension SyncEngine {
     /// How many downloads the background (pinned files, folders asked for) keeps running at once.
     static let backgroundDownloads = 4
 
-    /// Starts queued and pinned downloads while fewer than `backgroundDownloads` run; each one
-    /// that ends signals the maintenance pass, which calls this again.
+    /// Starts requested and pinned downloads while fewer than `backgroundDownloads` run; each
+    /// one that ends signals the maintenance pass, which calls this again. Not while offline:
+    /// a download then fails at once, and its end would ask for the next try ten times a
+    /// second; the connection's return asks for a pass.
     func startWantedDownloads() {
+        guard isConnected else { return }
         var free = Self.backgroundDownloads - downloads.activeCount
-        while free > 0, let ino = wantedDownloads.withLock({ $0.take() }) {
-            guard let item = try? store.read({ try $0.item(ino) }), item.kind == .file, item.content.needsDownload,
-                  downloads.progress(ino) == nil else { continue }
+        guard free > 0 else { return }
+        // Running ones are still in the answer (until they finish): ask for that many more.
+        let requested = (try? store.read { try $0.requestedNeedingContent(limit: free + downloads.activeCount) }) ?? []
+        for item in requested where free > 0 && downloads.progress(item.ino) == nil {
             downloads.start(item)
             free -= 1
         }

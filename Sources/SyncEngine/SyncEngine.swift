@@ -90,30 +90,6 @@ public final class SyncEngine: Sendable {
     }
 
     let state = Mutex(State())
-    /// Files of folders asked for with `startDownload`, in the order asked, not started yet.
-    struct WantedDownloads {
-        var order: [Int64] = []
-        /// The next in `order` (taken ones are dropped in bulk, not one by one).
-        var next = 0
-        var queued: Set<Int64> = []
-
-        mutating func add(_ ino: Int64) {
-            if queued.insert(ino).inserted { order.append(ino) }
-        }
-
-        mutating func take() -> Int64? {
-            guard next < order.count else { return nil }
-            let ino = order[next]
-            next += 1
-            queued.remove(ino)
-            if next == order.count || next > 4096 {
-                order.removeFirst(next)
-                next = 0
-            }
-            return ino
-        }
-    }
-    let wantedDownloads = Mutex(WantedDownloads())
     /// Last opens, kept in memory and written in one transaction by the maintenance pass: an
     /// open must not wait for a durable commit, and an access time lost in a crash only
     /// changes which clean file the cache limit evicts first.
@@ -277,7 +253,11 @@ public final class SyncEngine: Sendable {
         }
         if changed {
             observer.event(MountEvent(kind: connected ? "connected" : "disconnected", detail: error))
-            if connected { outboxSignal.yield() }
+            if connected {
+                outboxSignal.yield()
+                // Requested and pinned downloads wait while offline (`startWantedDownloads`).
+                maintenanceSignal.yield()
+            }
         }
     }
 

@@ -949,7 +949,10 @@ public final class FileSystem: Sendable {
             let text = String(decoding: value, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             do {
                 switch (name, text) {
-                case ("user.ubiq.pinned", "1"): try engine.setPinned(ino, true); try engine.startDownload(ino)
+                // The pin itself asks for the downloads (the background starts pinned files
+                // that need content); no download request is recorded, so after an unpin none
+                // of them starts any more.
+                case ("user.ubiq.pinned", "1"): try engine.setPinned(ino, true)
                 case ("user.ubiq.pinned", "0"): try engine.setPinned(ino, false)
                 case ("user.ubiq.downloadingStatus", "current"): try engine.startDownload(ino)
                 case ("user.ubiq.downloadingStatus", "notDownloaded"): try engine.evict(ino)

@@ -102,4 +102,34 @@ struct CacheLimitTests {
             }
         }
     }
+
+    /// `ubiq download` of a folder whose files had not all arrived when the daemon stopped: the
+    /// next daemon fetches the rest, and once they are here nothing is asked for any more.
+    @Test func aRequestedDownloadGoesOnAfterARestart() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let folder = try h.remote.otherDevice.createFolder("many")
+        for i in 0..<10 { _ = try h.remote.otherDevice.createFile("f\(i).txt", in: folder.id, content: Array("file \(i)".utf8)) }
+        let ino = try await h.running {
+            let ino = try await h.appeared("/many")
+            try await eventually("the folder's files to appear") { try h.children(ino).count == 10 }
+            _ = h.remote.holdDownloads(afterBytes: 0)
+            try h.engine.startDownload(ino)
+            try await eventually("the first downloads to start") { h.engine.downloads.activeCount == 4 }
+            return ino
+        }
+        // The daemon stops: its downloads are cut, and nothing has arrived.
+        h.engine.downloads.cancelAll()
+        h.remote.releaseAll()
+        #expect(try h.store.read { try $0.children(of: ino) }.allSatisfy { $0.content == .placeholder })
+
+        let again = try h.restarted()
+        try await again.running {
+            try await eventually("every file to be downloaded after the restart") {
+                try again.store.read { try $0.children(of: ino) }.allSatisfy { $0.content == .current }
+            }
+        }
+        #expect(try again.store.read { r in try r.children(of: ino).filter { try r.isDownloadRequested($0.ino) } }.isEmpty,
+                "a request ends once its file is here")
+    }
 }

@@ -160,15 +160,17 @@ struct PlaceholderTests {
     func downloadCutByAStopLeavesNoErrorAndNoBytes() async throws {
         let first = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
         defer { first.close() }
-        let ino = try await first.running {
+        let (ino, gate) = try await first.running {
             let (ino, _) = try await Self.twoPlaceholders(first)
             let gate = first.remote.holdDownloads(afterBytes: 64 * 1024)
             try first.engine.startDownload(ino)
             try await eventually("part of the file to land") { first.engine.cache.allocatedBytes(ino) > 0 }
-            first.engine.downloads.cancelAll()
-            gate.open()
-            return ino
+            return (ino, gate)
         }
+        // As the daemon does once its services have stopped (else the background would start
+        // the requested download again).
+        first.engine.downloads.cancelAll()
+        gate.open()
         #expect(try first.xattr(ino, "user.ubiq.downloadingError") == nil)
         #expect(try first.downloadingStatus(ino) == "notDownloaded")
         #expect(first.engine.cache.exists(ino), "kept while this run may have readers")
