@@ -221,6 +221,15 @@ import Testing
             // By digest, too.
             let blob = try await a.send(.GET, APIPath.blob(f.digest!), headers: [("Range", "bytes=5-9")])
             #expect(blob.status == 206 && blob.body == content[5...9])
+            // Over 1 MiB the answer streams in parts instead of one buffer: the same bytes.
+            let large = Data((0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ $0 >> 13) })
+            let g = try await a.createFile(c, name: "large.bin", content: large)
+            let all = try await a.send(.GET, APIPath.content(c, g.id))
+            #expect(all.status == 200 && all.body == large)
+            let span = try await a.send(.GET, APIPath.content(c, g.id), headers: [("Range", "bytes=100-2097251")])
+            #expect(span.status == 206 && span.body == large[100...2_097_251])
+            let head = try await a.send(.GET, APIPath.blob(g.digest!), headers: [("Range", "bytes=0-131071")])
+            #expect(head.status == 206 && head.body == large[0..<131_072])
             // An empty file.
             let e = try await a.createFile(c, name: "empty", content: Data())
             let empty = try await a.send(.GET, APIPath.content(c, e.id))
