@@ -134,6 +134,14 @@ public final class LocalStore: Sendable {
             // here yet: the background downloads them a few at a time, also after a restart.
             try db.execute(sql: "CREATE TABLE download_requests (ino INTEGER PRIMARY KEY REFERENCES items(ino) ON DELETE CASCADE)")
         }
+        m.registerMigration("v7: place of the first create sent") { db in
+            // The folder and name the first create of an item went with, until an answer is
+            // recorded. When a create landed, its answer was lost and another device then
+            // moved the item, the retry is refused (the server's item no longer matches it):
+            // a server place other than this one was chosen elsewhere. Only the first: a retry
+            // sent after a rename here may be the one refused, and never landed.
+            try db.execute(sql: "CREATE TABLE first_create_places (ino INTEGER PRIMARY KEY, parent_id TEXT NOT NULL, name TEXT NOT NULL)")
+        }
         return m
     }
 
@@ -323,6 +331,13 @@ public struct LocalReader {
             .compactMap { try? ContentDigest(hex: $0) })
     }
 
+    /// The place (folder, name) the first create of `ino` not yet answered went with (`noteCreateSent`).
+    public func firstCreatePlace(of ino: Int64) throws -> SentPlace? {
+        guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT parent_id, name FROM first_create_places WHERE ino = ?"), arguments: [ino])
+        else { return nil }
+        return SentPlace(parentID: ItemID(row[0] as String), name: row[1])
+    }
+
     /// Files asked for with `requestDownload` that still need their content, in the order of
     /// the index (the oldest items first), at most `limit`.
     public func requestedNeedingContent(limit: Int) throws -> [LocalItem] {
@@ -462,9 +477,19 @@ public struct LocalWriter {
         try db.cachedStatement(sql: "INSERT OR IGNORE INTO sent_creates (ino, digest) VALUES (?, ?)").execute(arguments: [ino, digest.hex])
     }
 
-    /// An upload of the file is answered: what was sent before no longer matters.
+    /// A create or upload of the item is answered: the contents and places sent before no
+    /// longer matter.
     public func forgetSentContents(of ino: Int64) throws {
         try db.cachedStatement(sql: "DELETE FROM sent_creates WHERE ino = ?").execute(arguments: [ino])
+        try db.cachedStatement(sql: "DELETE FROM first_create_places WHERE ino = ?").execute(arguments: [ino])
+    }
+
+    /// Recorded before a create of `ino` is sent: the folder and name it goes with, unless an
+    /// earlier create's are kept already (see `firstCreatePlace`). Forgotten with the sent
+    /// contents, once an answer is recorded.
+    public func noteCreateSent(_ ino: Int64, parentID: ItemID, name: String) throws {
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO first_create_places (ino, parent_id, name) VALUES (?, ?, ?)")
+            .execute(arguments: [ino, parentID.rawValue, name])
     }
 
     /// Drops the queued uploads of the file `ino`: a write into it failed, and the version an
@@ -549,5 +574,16 @@ extension OutboxEntry {
             seq: row["seq"], ino: row["ino"], op: OutboxOp(rawValue: row["op"]) ?? .content,
             itemID: itemID.map(ItemID.init(_:)), revision: revision.map(Revision.init(_:)),
             attempts: row["attempts"], lastError: row["last_error"], notBefore: row["not_before"])
+    }
+}
+
+/// Where a create put an item: its folder's server id and its name.
+public struct SentPlace: Hashable, Sendable {
+    public let parentID: ItemID
+    public let name: String
+
+    public init(parentID: ItemID, name: String) {
+        self.parentID = parentID
+        self.name = name
     }
 }

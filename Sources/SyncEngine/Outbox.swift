@@ -243,6 +243,7 @@ extension SyncEngine {
             if item.revision != nil { return .done }
             let created: ItemMetadata
             do {
+                try store.write { w in try w.noteCreateSent(item.ino, parentID: parentID, name: item.name) }
                 created = try await remote.createItem(CreateItemRequest(
                     parentID: parentID, name: item.name, kind: .folder, mode: item.mode, created: item.created,
                     modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID))
@@ -254,6 +255,7 @@ extension SyncEngine {
             // The answer and what changed while it was in flight, in one transaction.
             let followUps = try store.write { w in
                 try adoptMetadata(item.ino, created, w)
+                try w.forgetSentContents(of: item.ino)
                 return try followUpCreate(item, created, w)
             }
             if followUps { outboxSignal.yield() }
@@ -341,7 +343,10 @@ extension SyncEngine {
         guard writeGeneration(item.ino) == generation else { return .again }
         var result: ItemMetadata
         do {
-            try store.write { w in try w.noteContentSent(item.ino, digest: digest) }
+            try store.write { w in
+                try w.noteContentSent(item.ino, digest: digest)
+                if item.revision == nil { try w.noteCreateSent(item.ino, parentID: parentID, name: item.name) }
+            }
             if let base = item.revision {
                 result = try await remote.updateContent(item.itemID, UpdateContentRequest(
                     baseRevision: base, digest: digest, size: size, modified: item.modified, content: inline))
@@ -404,18 +409,46 @@ extension SyncEngine {
         if item.kind == .file, try !store.read({ try $0.sentContentDigests(of: item.ino) }).contains(current.digest ?? .empty) {
             return Self.contentConflict(current)
         }
-        try store.write { w in
-            guard var now = try w.reader.item(item.ino), now.itemID == current.id, now.revision == nil else { return }
+        let moved = try store.write { w -> [KernelInvalidation] in
+            guard var now = try w.reader.item(item.ino), now.itemID == current.id, now.revision == nil else { return [] }
             now.revision = current.revision
             now.serverDigest = current.digest
+            var invalidations: [KernelInvalidation] = []
+            if let place = try serverPlaceToTake(now, current, w), let oldParent = now.parent {
+                // Moved by another device after the create landed, and not here since: its
+                // place stands (sending this device's back would undo that move).
+                invalidations = [.entry(parent: oldParent, name: now.name), .inode(oldParent), .inode(place.parent),
+                                 .entry(parent: place.parent, name: place.name), .inode(now.ino)]
+                now.parent = place.parent
+                now.name = place.name
+            }
             try w.update(now)
+            let localParentID = try now.parent.flatMap { try w.reader.item($0)?.itemID }
             try w.forgetSentContents(of: now.ino)
-            if now.name != current.name || parentID != current.parentID { try w.enqueue(.move, ino: now.ino) }
+            if now.name != current.name || localParentID != current.parentID { try w.enqueue(.move, ino: now.ino) }
             if now.mode != current.mode || now.modified != current.modified { try w.enqueue(.attributes, ino: now.ino) }
             if now.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: now.ino) }
+            return invalidations
         }
+        if !moved.isEmpty { observer.invalidate(moved) }
         outboxSignal.yield()
         return .again
+    }
+
+    /// The server's place (local folder, name) for an item whose lost create is being adopted,
+    /// when it should be taken: the server's place is not where the first create put it
+    /// (another device moved the item since), while the row still is (nothing moved it here).
+    /// A rename here since goes up instead, as a rename here does against any other device's.
+    /// Nil also when the folder is not here or the name is taken in it.
+    func serverPlaceToTake(_ now: LocalItem, _ current: ItemMetadata, _ w: LocalWriter) throws -> (parent: Int64, name: String)? {
+        guard let first = try w.reader.firstCreatePlace(of: now.ino), let serverParentID = current.parentID,
+              let localParent = now.parent, let localParentID = try w.reader.item(localParent)?.itemID else { return nil }
+        guard SentPlace(parentID: serverParentID, name: current.name) != first,
+              SentPlace(parentID: localParentID, name: now.name) == first,
+              let parent = try w.reader.item(id: serverParentID), parent.kind == .folder
+        else { return nil }
+        if let clash = try w.reader.child(of: parent.ino, named: current.name), clash.ino != now.ino { return nil }
+        return (parent.ino, current.name)
     }
 
     /// Records a successful upload, in one transaction with what changed while it was in

@@ -142,7 +142,12 @@ extension SyncEngine {
         do {
             defer { state.withLock { s in for ino in inos { s.uploading.remove(ino) } } }
             let sent = prepared
-            try store.write { w in for p in sent { try w.noteContentSent(p.item.ino, digest: p.digest) } }
+            try store.write { w in
+                for p in sent {
+                    try w.noteContentSent(p.item.ino, digest: p.digest)
+                    try w.noteCreateSent(p.item.ino, parentID: p.request.parentID, name: p.item.name)
+                }
+            }
             answers = try await remote.createItems(prepared.map(\.request))
         } catch let error as RemoteError {
             switch error {

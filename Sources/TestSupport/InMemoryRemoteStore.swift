@@ -121,6 +121,11 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         state.withLock { $0.lostAnswers[operation, default: 0] += times }
     }
 
+    /// Answers every later call again (undoes `loseAnswer` that was not used up).
+    public func stopLosingAnswers() {
+        state.withLock { $0.lostAnswers.removeAll() }
+    }
+
     /// Holds every later call of `operation` in flight (counted, nothing done yet) until the
     /// gate opens. `gate.arrivals` tells how many calls reached it.
     @discardableResult

@@ -97,6 +97,54 @@ struct RecoveryTests {
         }
     }
 
+    @Test("a file whose lost create another device then renamed keeps that name: the retry does not send this device's name back",
+          arguments: [5_000, 300_000])  // in a batch, and alone
+    func lostCreateAnswerThenRenamedElsewhere(size: Int) async throws {
+        let h = try Harness()
+        defer { h.close() }
+        // Every answer is lost until another device has renamed the item: the retries made
+        // before that (the same create, answered with the item) leave it queued too.
+        h.remote.loseAnswer(.createItem, times: 1_000)
+        h.remote.loseAnswer(.createItems, times: 1_000)
+        let ino = try h.writeNewFile("mine.bin", pattern(size, seed: 1))
+        try h.writeNewFile("other.txt", Array("other".utf8))
+        try await h.running([.outbox]) {
+            try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
+            let id = try #require(h.remote.item(atPath: "/mine.bin")).id
+            _ = try h.remote.otherDevice.move(id, to: "theirs.bin")
+            h.remote.stopLosingAnswers()
+            try await eventually("the retries to settle") { try h.outbox().isEmpty }
+            #expect(h.remote.item(atPath: "/theirs.bin")?.id == id, "the other device's name stays")
+            #expect(h.remote.item(atPath: "/mine.bin") == nil)
+            #expect(try h.local(ino)?.name == "theirs.bin", "and shows here")
+            #expect(try h.local(ino)?.itemID == id)
+        }
+    }
+
+    @Test("a folder whose lost create another device then renamed keeps that name, and a rename here after the create still goes up")
+    func lostFolderCreateAnswerThenRenamedElsewhere() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        h.remote.loseAnswer(.createItem, times: 1_000)
+        let kept = try h.mkdir("kept")
+        let moved = try h.mkdir("moved")
+        try await h.running([.outbox]) {
+            try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
+            _ = try h.remote.otherDevice.move(try #require(h.remote.item(atPath: "/kept")).id, to: "kept by them")
+            _ = try h.remote.otherDevice.move(try #require(h.remote.item(atPath: "/moved")).id, to: "moved by them")
+            // Renamed here after its create went: this device's later rename goes up.
+            try h.fs.rename(parent: rootIno, name: n("moved"), newParent: rootIno, newName: n("moved here"), noReplace: false, exchange: false)
+            h.remote.stopLosingAnswers()
+            try await eventually("the retries to settle") { try h.outbox().isEmpty }
+            #expect(h.remote.tree() == [
+                "/kept by them": .init(kind: .folder, digest: nil),
+                "/moved here": .init(kind: .folder, digest: nil),
+            ])
+            #expect(try h.local(kept)?.name == "kept by them")
+            #expect(try h.local(moved)?.name == "moved here")
+        }
+    }
+
     @Test("a file whose lost create another device then changed is not overwritten by this device's later edit")
     func lostCreateAnswerThenChangedElsewhere() async throws {
         let first = try Harness()
