@@ -141,6 +141,10 @@ public final class LocalStore: Sendable {
             // a server place other than this one was chosen elsewhere. Only the first: a retry
             // sent after a rename here may be the one refused, and never landed.
             try db.execute(sql: "CREATE TABLE first_create_places (ino INTEGER PRIMARY KEY, parent_id TEXT NOT NULL, name TEXT NOT NULL)")
+            // Items whose create may have gone before this table existed: their first place is
+            // unknown, which an empty name (never a real one) stands for, so that a retry does
+            // not take itself for the first create.
+            try db.execute(sql: "INSERT INTO first_create_places (ino, parent_id, name) SELECT ino, '', '' FROM items WHERE revision IS NULL AND ino != 1")
         }
         return m
     }
@@ -461,7 +465,9 @@ public struct LocalWriter {
 
     /// Asks for the content of the files `inos` (see `requestedNeedingContent`).
     public func requestDownload(_ inos: [Int64]) throws {
-        let statement = try db.cachedStatement(sql: "INSERT OR IGNORE INTO download_requests (ino) VALUES (?)")
+        // Only rows still there: a file deleted since the caller read it is skipped (a foreign
+        // key failure would fail the whole request).
+        let statement = try db.cachedStatement(sql: "INSERT OR IGNORE INTO download_requests (ino) SELECT ino FROM items WHERE ino = ?")
         for ino in inos { try statement.execute(arguments: [ino]) }
     }
 

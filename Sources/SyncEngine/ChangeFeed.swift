@@ -217,6 +217,8 @@ extension SyncEngine {
         item.itemID = .random()
         item.revision = nil
         try w.update(item)
+        // The new identity has sent nothing yet: what the old one's creates sent is not its.
+        try w.forgetSentContents(of: item.ino)
         try w.enqueue(item.kind == .folder ? .createFolder : .content, ino: item.ino)
         outboxSignal.yield()
     }

@@ -104,14 +104,17 @@ extension SyncEngine {
         guard isConnected else { return }
         var free = Self.backgroundDownloads - downloads.activeCount
         guard free > 0 else { return }
-        // Running ones are still in the answer (until they finish): ask for that many more.
-        let requested = (try? store.read { try $0.requestedNeedingContent(limit: free + downloads.activeCount) }) ?? []
-        for item in requested where free > 0 && downloads.progress(item.ino) == nil {
+        // Running ones (and files open for writing, skipped below) are still in the answer:
+        // ask for more than the free slots.
+        let requested = (try? store.read { try $0.requestedNeedingContent(limit: 64) }) ?? []
+        // A stale copy open for writing is not replaced under its writer: its start would end
+        // at once and ask for the next pass, again and again, until the writer closes.
+        for item in requested where free > 0 && downloads.progress(item.ino) == nil && !isOpenForWriting(item.ino) {
             downloads.start(item)
             free -= 1
         }
         guard free > 0, let pinned = try? store.read({ try $0.pinnedNeedingContent() }) else { return }
-        for item in pinned where free > 0 && downloads.progress(item.ino) == nil {
+        for item in pinned where free > 0 && downloads.progress(item.ino) == nil && !isOpenForWriting(item.ino) {
             downloads.start(item)
             free -= 1
         }

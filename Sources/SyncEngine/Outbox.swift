@@ -448,6 +448,13 @@ extension SyncEngine {
               let parent = try w.reader.item(id: serverParentID), parent.kind == .folder
         else { return nil }
         if let clash = try w.reader.child(of: parent.ino, named: current.name), clash.ino != now.ino { return nil }
+        // Never into itself or below itself here (a local move waiting on this create): that
+        // would cut both out of the tree. Its own rename goes up then, as before.
+        var above: LocalItem? = parent
+        while let folder = above {
+            if folder.ino == now.ino { return nil }
+            above = try folder.parent.flatMap { try w.reader.item($0) }
+        }
         return (parent.ino, current.name)
     }
 

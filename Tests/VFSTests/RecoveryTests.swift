@@ -130,11 +130,14 @@ struct RecoveryTests {
         let moved = try h.mkdir("moved")
         try await h.running([.outbox]) {
             try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
+            // No retry may come between the other device's moves and the rename here.
+            let retries = h.remote.hold(.createItem)
             _ = try h.remote.otherDevice.move(try #require(h.remote.item(atPath: "/kept")).id, to: "kept by them")
             _ = try h.remote.otherDevice.move(try #require(h.remote.item(atPath: "/moved")).id, to: "moved by them")
             // Renamed here after its create went: this device's later rename goes up.
             try h.fs.rename(parent: rootIno, name: n("moved"), newParent: rootIno, newName: n("moved here"), noReplace: false, exchange: false)
             h.remote.stopLosingAnswers()
+            retries.open()
             try await eventually("the retries to settle") { try h.outbox().isEmpty }
             #expect(h.remote.tree() == [
                 "/kept by them": .init(kind: .folder, digest: nil),
