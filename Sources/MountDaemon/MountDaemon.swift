@@ -147,6 +147,7 @@ public enum MountDaemon {
         }
         engine.downloads.cancelAll()
         await client.shutdown()
+        do { try store.checkpoint() } catch { logger.notice("cannot checkpoint the index", metadata: ["error": "\(error)"]) }
     }
 
     /// Takes the cache folder's lock, waiting up to 10 s for a daemon that is exiting.

@@ -194,6 +194,10 @@ import Testing
             let down = try await b.ubiq(["unmount", b.mountpoint, "--timeout", "1"])
             #expect(down.status == 0, "\(down.stderr)")
             #expect(kill(old, 0) != 0, "the daemon outlived `ubiq unmount`")
+            // A clean stop leaves the index in its database file, the WAL file emptied.
+            let index = try await b.sh("find '\(b.cache)/accounts' -name 'state.sqlite*' -printf '%f %s\\n' | sort")
+            #expect(index.stdout.contains("state.sqlite "), "\(index.stdout)")
+            #expect(index.stdout.contains("state.sqlite-wal 0\n"), "\(index.stdout)")
             try await b.mountAgain()
             #expect(try await b.ubiq(["status", "--mount", b.mountpoint]).status == 0)
             #expect(try await b.status().pendingUploads >= 2, "the queued changes wait across the remount")
