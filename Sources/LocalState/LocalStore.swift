@@ -352,14 +352,28 @@ public struct LocalReader {
         return SentPlace(parentID: ItemID(row[0] as String), name: row[1])
     }
 
+    /// `ContentState.needsDownload` in SQL. Written as the partial index of pinned files
+    /// (migration v3) has it, so that the query of pinned files uses that index.
+    static let needingContent = "content IN ('placeholder', 'partial', 'stale')"
+
     /// Files asked for with `requestDownload` that still need their content, in the order of
     /// the index (the oldest items first), at most `limit`.
     public func requestedNeedingContent(limit: Int) throws -> [LocalItem] {
         try items("""
             SELECT items.* FROM download_requests JOIN items ON items.ino = download_requests.ino
-            WHERE items.kind = 'file' AND items.content IN ('placeholder', 'partial', 'stale')
+            WHERE kind = 'file' AND \(Self.needingContent)
             ORDER BY download_requests.ino LIMIT ?
             """, [limit])
+    }
+
+    /// True when `ino` is `folder` or anywhere below it.
+    public func isWithin(_ ino: Int64, _ folder: Int64) throws -> Bool {
+        var cursor: Int64? = ino
+        while let c = cursor {
+            if c == folder { return true }
+            cursor = try item(c)?.parent
+        }
+        return false
     }
 
     public func isDownloadRequested(_ ino: Int64) throws -> Bool {
@@ -367,7 +381,7 @@ public struct LocalReader {
     }
 
     public func pinnedNeedingContent() throws -> [LocalItem] {
-        try items("SELECT * FROM items WHERE kind = 'file' AND pinned = 1 AND content IN ('placeholder', 'partial', 'stale')")
+        try items("SELECT * FROM items WHERE kind = 'file' AND pinned = 1 AND \(Self.needingContent)")
     }
 
     public func itemCount() throws -> Int {

@@ -18,6 +18,15 @@ public enum RemoteError: Error, Sendable, Equatable {
     /// Anything else unexpected (bad JSON from the server, 5xx).
     case protocolError(String)
 
+    /// The server cannot be used now (unreachable, or the token refused until `ubiq login`):
+    /// work waits for the connection instead of failing.
+    public var meansOffline: Bool {
+        switch self {
+        case .unreachable, .unauthorized: true
+        case .refused, .protocolError: false
+        }
+    }
+
     public var isConflict: Bool {
         if case .refused(.revisionConflict, _, _) = self { return true }
         return false

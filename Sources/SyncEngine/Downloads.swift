@@ -453,11 +453,7 @@ public final class Downloads: Sendable {
                 // A requested download ends here, unless the server could not be reached or
                 // refused the token: then it goes on once the connection is back (also after a
                 // restart).
-                let later = switch error as? RemoteError {
-                case .unreachable?, .unauthorized?: true
-                default: false
-                }
-                if !later { try w.dropDownloadRequest(ino) }
+                if (error as? RemoteError)?.meansOffline != true { try w.dropDownloadRequest(ino) }
                 guard var item = try w.reader.item(ino), item.content != .dirty else { return }
                 if let message {
                     item.downloadError = message

@@ -103,21 +103,20 @@ extension SyncEngine {
     func startWantedDownloads() {
         guard isConnected else { return }
         var free = Self.backgroundDownloads - downloads.activeCount
+        func startSome(_ items: [LocalItem]) {
+            // A stale copy open for writing is not replaced under its writer: its start would
+            // end at once and ask for the next pass, again and again, until the writer closes.
+            for item in items where free > 0 && downloads.progress(item.ino) == nil && !isOpenForWriting(item.ino) {
+                downloads.start(item)
+                free -= 1
+            }
+        }
         guard free > 0 else { return }
-        // Running ones (and files open for writing, skipped below) are still in the answer:
-        // ask for more than the free slots.
-        let requested = (try? store.read { try $0.requestedNeedingContent(limit: 64) }) ?? []
-        // A stale copy open for writing is not replaced under its writer: its start would end
-        // at once and ask for the next pass, again and again, until the writer closes.
-        for item in requested where free > 0 && downloads.progress(item.ino) == nil && !isOpenForWriting(item.ino) {
-            downloads.start(item)
-            free -= 1
-        }
+        // Running ones (and files open for writing) are still in the answer: ask for more
+        // than the free slots.
+        startSome((try? store.read { try $0.requestedNeedingContent(limit: 64) }) ?? [])
         guard free > 0, let pinned = try? store.read({ try $0.pinnedNeedingContent() }) else { return }
-        for item in pinned where free > 0 && downloads.progress(item.ino) == nil && !isOpenForWriting(item.ino) {
-            downloads.start(item)
-            free -= 1
-        }
+        startSome(pinned)
     }
 
     /// Makes sure the first bytes of a file can be read, starting its download: opening a

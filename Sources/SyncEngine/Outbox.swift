@@ -219,12 +219,9 @@ extension SyncEngine {
             }
             return outcome
         } catch let error as RemoteError {
-            switch error {
-            case .unreachable, .unauthorized:
-                return .later(describe(error), after: .seconds(1), offline: true)
-            case .refused, .protocolError:
-                return .later(describe(error), after: .seconds(5), offline: false)
-            }
+            return error.meansOffline
+                ? .later(describe(error), after: .seconds(1), offline: true)
+                : .later(describe(error), after: .seconds(5), offline: false)
         } catch {
             return .later("\(error)", after: .seconds(5), offline: false)
         }
@@ -413,17 +410,19 @@ extension SyncEngine {
             guard var now = try w.reader.item(item.ino), now.itemID == current.id, now.revision == nil else { return [] }
             now.revision = current.revision
             now.serverDigest = current.digest
+            var localParentID = try now.parent.flatMap { try w.reader.item($0)?.itemID }
             var invalidations: [KernelInvalidation] = []
-            if let place = try serverPlaceToTake(now, current, w), let oldParent = now.parent {
+            if let oldParent = now.parent, let oldParentID = localParentID,
+               let place = try serverPlaceToTake(now, parentID: oldParentID, current, w) {
                 // Moved by another device after the create landed, and not here since: its
                 // place stands (sending this device's back would undo that move).
                 invalidations = [.entry(parent: oldParent, name: now.name), .inode(oldParent), .inode(place.parent),
                                  .entry(parent: place.parent, name: place.name), .inode(now.ino)]
                 now.parent = place.parent
                 now.name = place.name
+                localParentID = current.parentID
             }
             try w.update(now)
-            let localParentID = try now.parent.flatMap { try w.reader.item($0)?.itemID }
             try w.forgetSentContents(of: now.ino)
             if now.name != current.name || localParentID != current.parentID { try w.enqueue(.move, ino: now.ino) }
             if now.mode != current.mode || now.modified != current.modified { try w.enqueue(.attributes, ino: now.ino) }
@@ -440,21 +439,17 @@ extension SyncEngine {
     /// (another device moved the item since), while the row still is (nothing moved it here).
     /// A rename here since goes up instead, as a rename here does against any other device's.
     /// Nil also when the folder is not here or the name is taken in it.
-    func serverPlaceToTake(_ now: LocalItem, _ current: ItemMetadata, _ w: LocalWriter) throws -> (parent: Int64, name: String)? {
+    /// `parentID`: the server id of the row's folder.
+    func serverPlaceToTake(_ now: LocalItem, parentID: ItemID, _ current: ItemMetadata, _ w: LocalWriter) throws -> (parent: Int64, name: String)? {
         guard let first = try w.reader.firstCreatePlace(of: now.ino), let serverParentID = current.parentID,
-              let localParent = now.parent, let localParentID = try w.reader.item(localParent)?.itemID else { return nil }
-        guard SentPlace(parentID: serverParentID, name: current.name) != first,
-              SentPlace(parentID: localParentID, name: now.name) == first,
+              SentPlace(parentID: serverParentID, name: current.name) != first,
+              SentPlace(parentID: parentID, name: now.name) == first,
               let parent = try w.reader.item(id: serverParentID), parent.kind == .folder
         else { return nil }
         if let clash = try w.reader.child(of: parent.ino, named: current.name), clash.ino != now.ino { return nil }
         // Never into itself or below itself here (a local move waiting on this create): that
         // would cut both out of the tree. Its own rename goes up then, as before.
-        var above: LocalItem? = parent
-        while let folder = above {
-            if folder.ino == now.ino { return nil }
-            above = try folder.parent.flatMap { try w.reader.item($0) }
-        }
+        if try w.reader.isWithin(parent.ino, now.ino) { return nil }
         return (parent.ino, current.name)
     }
 

@@ -149,16 +149,11 @@ extension SyncEngine {
                 }
             }
             answers = try await remote.createItems(prepared.map(\.request))
-        } catch let error as RemoteError {
-            switch error {
-            case .unreachable, .unauthorized:
-                let later = Outcome.later(describe(error), after: .seconds(1), offline: true)
-                return results + prepared.map { ($0.entry.seq, $0.entry.ino, later) } + alone.map { ($0.seq, $0.ino, nil) }
-            case .refused, .protocolError:
-                // The batch as a whole was refused: each file goes alone and meets its own answer.
-                return await sendAlone(prepared.map(\.entry) + alone, into: results)
-            }
+        } catch let error as RemoteError where error.meansOffline {
+            let later = Outcome.later(describe(error), after: .seconds(1), offline: true)
+            return results + prepared.map { ($0.entry.seq, $0.entry.ino, later) } + alone.map { ($0.seq, $0.ino, nil) }
         } catch {
+            // The batch as a whole was refused: each file goes alone and meets its own answer.
             return await sendAlone(prepared.map(\.entry) + alone, into: results)
         }
 

@@ -727,11 +727,7 @@ public final class FileSystem: Sendable {
             guard destination.kind == .folder else { throw FSError.notADirectory }
             if parent == newParent && from == to { return }
             // A folder cannot move below itself.
-            var cursor: Int64? = newParent
-            while let c = cursor {
-                if c == source.ino { throw FSError.invalidArgument }
-                cursor = try r.item(c)?.parent
-            }
+            if try r.isWithin(newParent, source.ino) { throw FSError.invalidArgument }
             let wasExcluded = try r.isExcluded(source.ino)
             var tookOver: LocalItem?
             if let target = try r.child(of: newParent, named: to.rawValue) {
