@@ -410,6 +410,8 @@ extension SyncEngine {
             guard var now = try w.reader.item(item.ino), now.itemID == current.id, now.revision == nil else { return [] }
             now.revision = current.revision
             now.serverDigest = current.digest
+            // The create is on the server: the error its lost answers left is no longer true.
+            now.uploadError = nil
             var localParentID = try now.parent.flatMap { try w.reader.item($0)?.itemID }
             var invalidations: [KernelInvalidation] = []
             if let oldParent = now.parent, let oldParentID = localParentID,

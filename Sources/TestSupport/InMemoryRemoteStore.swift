@@ -53,7 +53,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         var online = true
         var uploadsLeft: Int?
         var injected: [Operation: [RemoteError]] = [:]
-        var lostAnswers: [Operation: Int] = [:]
+        var lostAnswers: [Operation: [RemoteError]] = [:]
         var gates: [Operation: CallGate] = [:]
         var downloadHold: (after: Int64, gate: CallGate)?
         var corruptDownloads = false
@@ -116,9 +116,12 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     }
 
     /// The next `times` calls of `operation` are carried out, but their answer is lost: the
-    /// caller gets `RemoteError.unreachable`, as when a connection drops after the commit.
-    public func loseAnswer(_ operation: Operation, times: Int = 1) {
-        state.withLock { $0.lostAnswers[operation, default: 0] += times }
+    /// caller gets `error`. The default, `RemoteError.unreachable`, is a connection dropped
+    /// after the commit; a `protocolError` is a proxy's 502 after the server committed (the
+    /// client does not take it for offline, so the rest of the queue goes on meanwhile).
+    public func loseAnswer(_ operation: Operation, times: Int = 1,
+                           as error: RemoteError = .unreachable("injected: the connection dropped before the answer arrived")) {
+        state.withLock { $0.lostAnswers[operation, default: []] += Array(repeating: error, count: times) }
     }
 
     /// Answers every later call again (undoes `loseAnswer` that was not used up).
@@ -540,12 +543,12 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
 
     /// Throws when the answer of this (already carried out) call is to be lost.
     func deliver<T>(_ operation: Operation, _ result: T) throws -> T {
-        let lose = state.withLock { s -> Bool in
-            guard let n = s.lostAnswers[operation], n > 0 else { return false }
-            s.lostAnswers[operation] = n - 1
-            return true
+        let lost = state.withLock { s -> RemoteError? in
+            guard let error = s.lostAnswers[operation]?.first else { return nil }
+            s.lostAnswers[operation]?.removeFirst()
+            return error
         }
-        if lose { throw RemoteError.unreachable("injected: the connection dropped before the answer arrived") }
+        if let lost { throw lost }
         return result
     }
 
