@@ -128,6 +128,10 @@ let package = Package(
         .testTarget(name: "PageCacheTests", dependencies: ["PageCache"]),
         .testTarget(name: "ServerStorageTests", dependencies: ["ServerStorage", "TestSupport", "ItemModel"]),
         .testTarget(
+            name: "SyncClientTests",
+            dependencies: ["SyncClient", "TestSupport", "SyncAPI", "ItemModel", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .testTarget(
             name: "SyncServerTests",
             dependencies: [
                 "TestSupport", "SyncAPI", "ItemModel", "SyncServer",

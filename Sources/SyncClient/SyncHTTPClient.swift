@@ -22,10 +22,11 @@ public final class SyncHTTPClient: Sendable {
     let http: HTTPClient
 
     /// Connect fails fast (2 s) so that an offline mount answers at once; reads may idle up to
-    /// 60 s because the push stream sends a keep-alive every 15 s.
+    /// 60 s because the push stream sends a keep-alive every 15 s. Writes too: an upload whose
+    /// bytes stop moving for a minute is cut, however long it ran before.
     static let configuration: HTTPClient.Configuration = {
         var c = HTTPClient.Configuration()
-        c.timeout = .init(connect: .seconds(2), read: .seconds(60))
+        c.timeout = .init(connect: .seconds(2), read: .seconds(60), write: .seconds(60))
         c.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 16)
         // A refused connection means offline: fail the request now instead of retrying until
         // its deadline, so that an open of a placeholder answers EIO at once.
@@ -34,7 +35,18 @@ public final class SyncHTTPClient: Sendable {
         return c
     }()
 
-    public init(baseURL: String, token: String, container: ContainerID, http: HTTPClient? = nil, freshToken: (@Sendable () -> String?)? = nil) {
+    /// The longest a request other than a transfer of content may take, answer included.
+    /// Uploads, downloads and creates or updates that carry content inline have none: a large file on a slow link takes as long as it takes,
+    /// and only bytes that stop moving (the idle timeouts above) end it. With this deadline on
+    /// uploads, a file that needed more than a minute to go up was cut every time, retried
+    /// forever, and made the mount count itself offline at each try.
+    let requestDeadline: TimeAmount
+
+    public init(
+        baseURL: String, token: String, container: ContainerID, http: HTTPClient? = nil,
+        requestDeadline: TimeAmount = .seconds(60), freshToken: (@Sendable () -> String?)? = nil
+    ) {
+        self.requestDeadline = requestDeadline
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.tokenBox = Mutex(token)
         self.freshToken = freshToken
@@ -97,13 +109,18 @@ public final class SyncHTTPClient: Sendable {
         return r
     }
 
-    func call<T: Decodable>(_ method: HTTPMethod, _ path: String, json body: (some Encodable)? = Optional<Int>.none, expect: Set<Int> = [200, 201]) async throws -> T {
+    /// `carriesContent`: the body may hold files' bytes (inline content), so the request has
+    /// no deadline (`requestDeadline`).
+    func call<T: Decodable>(
+        _ method: HTTPMethod, _ path: String, json body: (some Encodable)? = Optional<Int>.none, carriesContent: Bool = false,
+        expect: Set<Int> = [200, 201]
+    ) async throws -> T {
         var r = request(method, path)
         if let body {
             r.headers.add(name: "Content-Type", value: "application/json")
             r.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(body)))
         }
-        let (status, data) = try await Self.send(http, r)
+        let (status, data) = try await Self.send(http, r, deadline: carriesContent ? nil : requestDeadline)
         guard expect.contains(status) else { throw failure(status: status, body: data) }
         return try Self.decode(T.self, data)
     }
@@ -111,9 +128,10 @@ public final class SyncHTTPClient: Sendable {
     /// 64 MiB: far above any metadata answer (10,000 items are about 4 MiB of JSON).
     static let maxJSONResponse = 64 << 20
 
-    static func send(_ client: HTTPClient, _ request: HTTPClientRequest) async throws -> (Int, ByteBuffer) {
+    /// `deadline`: nil for none (a transfer of content).
+    static func send(_ client: HTTPClient, _ request: HTTPClientRequest, deadline: TimeAmount? = .seconds(60)) async throws -> (Int, ByteBuffer) {
         do {
-            let response = try await client.execute(request, timeout: .seconds(60))
+            let response = try await client.execute(request, deadline: deadline.map { .now() + $0 } ?? .distantFuture)
             let body = try await response.body.collect(upTo: maxJSONResponse)
             return (Int(response.status.code), body)
         } catch let error as RemoteError {
@@ -164,11 +182,11 @@ public final class SyncHTTPClient: Sendable {
     }
 
     public func createItem(_ body: CreateItemRequest) async throws -> ItemMetadata {
-        try await call(.POST, APIPath.items(container), json: body)
+        try await call(.POST, APIPath.items(container), json: body, carriesContent: true)
     }
 
     public func createItems(_ requests: [CreateItemRequest]) async throws -> [Result<ItemMetadata, RemoteError>] {
-        let answer: BatchResponse = try await call(.POST, APIPath.batch(container), json: BatchRequest(creates: requests))
+        let answer: BatchResponse = try await call(.POST, APIPath.batch(container), json: BatchRequest(creates: requests), carriesContent: true)
         guard answer.results.count == requests.count else {
             throw RemoteError.protocolError("the server answered \(answer.results.count) results for a batch of \(requests.count)")
         }
@@ -180,7 +198,7 @@ public final class SyncHTTPClient: Sendable {
     }
 
     public func updateContent(_ id: ItemID, _ body: UpdateContentRequest) async throws -> ItemMetadata {
-        try await call(.PUT, APIPath.content(container, id), json: body)
+        try await call(.PUT, APIPath.content(container, id), json: body, carriesContent: true)
     }
 
     public func updateItem(_ id: ItemID, _ body: UpdateItemRequest) async throws -> ItemMetadata {
@@ -198,7 +216,7 @@ public final class SyncHTTPClient: Sendable {
     }
 
     public func hasBlob(_ digest: ContentDigest) async throws -> Bool {
-        let (status, body) = try await Self.send(http, request(.HEAD, APIPath.blob(digest)))
+        let (status, body) = try await Self.send(http, request(.HEAD, APIPath.blob(digest)), deadline: requestDeadline)
         switch status {
         case 200: return true
         case 404: return false
@@ -211,7 +229,7 @@ public final class SyncHTTPClient: Sendable {
         r.headers.add(name: "Content-Type", value: "application/octet-stream")
         let chunks = try FileChunks(path: path, size: size)
         r.body = .stream(chunks, length: .known(size))
-        let (status, body) = try await Self.send(http, r)
+        let (status, body) = try await Self.send(http, r, deadline: nil)
         guard status == 201 || status == 200 else { throw failure(status: status, body: body) }
     }
 

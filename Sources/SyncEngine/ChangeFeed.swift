@@ -37,15 +37,19 @@ extension SyncEngine {
     /// first sync of a large container, instead of one each), and records `cursor` as reached
     /// (nil: a change held back earlier, behind the cursor already).
     func apply(_ changes: [ItemChange], cursor: ChangeCursor?) throws -> [KernelInvalidation] {
-        let (invalidations, events) = try store.write { w -> ([KernelInvalidation], [MountEvent]) in
+        let (invalidations, events, pinnedToFetch) = try store.write { w -> ([KernelInvalidation], [MountEvent], Bool) in
             var out: [KernelInvalidation] = []
             var events: [MountEvent] = []
-            for change in changes { try applyLocked(change, w, &out, &events) }
+            var pinnedToFetch = false
+            for change in changes { try applyLocked(change, w, &out, &events, &pinnedToFetch) }
             if let cursor { try w.setMeta("cursor", cursor.rawValue) }
-            return (out, events)
+            return (out, events, pinnedToFetch)
         }
         if let cursor { state.withLock { $0.cursor = cursor } }
         for e in events { observer.event(e) }
+        // After the commit: a pass woken inside the transaction read the index before it and
+        // did not see the new pinned file, which then waited for some later pass.
+        if pinnedToFetch { maintenanceSignal.yield() }
         return invalidations
     }
 
@@ -96,7 +100,10 @@ extension SyncEngine {
         }
     }
 
-    func applyLocked(_ change: ItemChange, _ w: LocalWriter, _ out: inout [KernelInvalidation], _ events: inout [MountEvent]) throws {
+    /// `pinnedToFetch`: set when a pinned file needs its (new) content.
+    func applyLocked(
+        _ change: ItemChange, _ w: LocalWriter, _ out: inout [KernelInvalidation], _ events: inout [MountEvent], _ pinnedToFetch: inout Bool
+    ) throws {
         let remote = change.item
         let r = w.reader
         if remote.id == .root {
@@ -183,7 +190,7 @@ extension SyncEngine {
             out.append(.entry(parent: parent.ino, name: remote.name))
             out.append(.inode(local.ino))
             events.append(MountEvent(kind: "remoteChange", path: try r.path(of: local.ino)))
-            if local.pinned && contentChanged { maintenanceSignal.yield() }
+            if local.pinned && contentChanged { pinnedToFetch = true }
         } else {
             if let clash = try r.child(of: parent.ino, named: remote.name) {
                 try makeRoom(for: clash, w)
@@ -196,11 +203,11 @@ extension SyncEngine {
             out.append(.entry(parent: parent.ino, name: remote.name))
             out.append(.inode(parent.ino))
             events.append(MountEvent(kind: "remoteCreate", path: try r.path(of: item.ino)))
-            if item.pinned { maintenanceSignal.yield() }
+            if item.pinned { pinnedToFetch = true }
             // Children that arrived before this folder.
             for json in try r.orphans(of: remote.id) {
                 let orphan = try JSONDecoder().decode(ItemChange.self, from: json)
-                try applyLocked(orphan, w, &out, &events)
+                try applyLocked(orphan, w, &out, &events, &pinnedToFetch)
             }
         }
     }

@@ -544,16 +544,18 @@ extension SyncEngine {
             // Edit (or a new child) versus delete: the edit wins and the item comes back.
             let item: ItemMetadata
             if let current { item = current } else { item = try await remote.item(id) }
-            let inval = try store.write { w -> [KernelInvalidation] in
+            let (inval, pinnedToFetch) = try store.write { w -> ([KernelInvalidation], Bool) in
                 var out: [KernelInvalidation] = []
                 var events: [MountEvent] = []
+                var pinnedToFetch = false
                 // Gone from the queue first, or the feed's rule "a deletion is on its way" would
                 // keep the item away.
                 try w.dequeue(entry.seq)
-                try applyLocked(ItemChange(cursor: .start, kind: .upsert, item: item), w, &out, &events)
-                return out
+                try applyLocked(ItemChange(cursor: .start, kind: .upsert, item: item), w, &out, &events, &pinnedToFetch)
+                return (out, pinnedToFetch)
             }
             observer.invalidate(inval)
+            if pinnedToFetch { maintenanceSignal.yield() }
             observer.event(MountEvent(kind: "conflict", path: item.name, detail: "changed on the server while deleted here; restored"))
             return .done
         }
