@@ -54,6 +54,7 @@ public final class Downloads: Sendable {
         /// `start`s between their two looks at the table.
         var startsLooking = 0
         var nextGeneration: UInt64 = 0
+        var retries = DownloadRetries()
     }
 
     let state = Mutex(Table())
@@ -90,6 +91,19 @@ public final class Downloads: Sendable {
         self.store = store
         self.logger = logger
         self.onFinished = onFinished
+    }
+
+    /// False while the pause after a failed download of this version runs (`DownloadRetries`):
+    /// the background does not start it then.
+    func retryIsDue(_ item: LocalItem) -> Bool {
+        state.withLock { $0.retries.isDue(item.ino, digest: item.serverDigest, at: .now) }
+    }
+
+    /// Files waiting out a pause after a failed download.
+    var pausedRetries: Int { state.withLock { $0.retries.entries.count } }
+
+    func forgetFailedRetries() {
+        state.withLock { $0.retries.forgetAll() }
     }
 
     /// Progress of a running download, for the status attributes.
@@ -470,6 +484,17 @@ public final class Downloads: Sendable {
             logger.error("cannot record a download", metadata: ["item.ino": "\(ino)", "error": "\(error)"])
         }
         if error == nil, let holders = holders.withLock({ $0.value }) { holders.downloadCompleted(ino, digest: digest) }
+        if error == nil {
+            state.withLock { $0.retries.succeeded(ino) }
+        } else {
+            // The pass that comes when the pause ends may start it again.
+            let due = state.withLock { $0.retries.failed(ino, digest: digest, at: .now) }
+            let onFinished = onFinished
+            Task {
+                try? await Task.sleep(until: due)
+                onFinished(ino)
+            }
+        }
         // On failure the sparse file stays (as a placeholder's): an open reader's descriptor
         // keeps pointing at the file a retry will fill.
         let failure: Error? = error.map { e in

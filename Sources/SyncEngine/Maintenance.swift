@@ -106,15 +106,15 @@ extension SyncEngine {
         func startSome(_ items: [LocalItem]) {
             // A stale copy open for writing is not replaced under its writer: its start would
             // end at once and ask for the next pass, again and again, until the writer closes.
-            for item in items where free > 0 && downloads.progress(item.ino) == nil && !isOpenForWriting(item.ino) {
+            for item in items where free > 0 && downloads.progress(item.ino) == nil && !isOpenForWriting(item.ino) && downloads.retryIsDue(item) {
                 downloads.start(item)
                 free -= 1
             }
         }
         guard free > 0 else { return }
-        // Running ones (and files open for writing) are still in the answer: ask for more
-        // than the free slots.
-        startSome((try? store.read { try $0.requestedNeedingContent(limit: 64) }) ?? [])
+        // Running ones (and files open for writing, and those pausing after a failure) are
+        // still in the answer: ask for more than the free slots.
+        startSome((try? store.read { try $0.requestedNeedingContent(limit: 64 + downloads.pausedRetries) }) ?? [])
         guard free > 0, let pinned = try? store.read({ try $0.pinnedNeedingContent() }) else { return }
         startSome(pinned)
     }

@@ -254,6 +254,7 @@ public final class SyncEngine: Sendable {
         if changed {
             observer.event(MountEvent(kind: connected ? "connected" : "disconnected", detail: error))
             if connected {
+                downloads.forgetFailedRetries()
                 outboxSignal.yield()
                 // Requested and pinned downloads wait while offline (`startWantedDownloads`).
                 maintenanceSignal.yield()

@@ -2,6 +2,7 @@ import Foundation
 import ItemModel
 import LocalState
 import SyncAPI
+@testable import SyncEngine
 import Testing
 import TestSupport
 import VFS
@@ -122,6 +123,28 @@ struct XattrTests {
             let two = try await h.appeared("/keep/two.txt")
             #expect(try h.xattr(two, "user.ubiq.pinned") == "1")
             try await eventually("two.txt to download") { try h.downloadingStatus(two) == "current" }
+        }
+    }
+
+    @Test("a pinned file whose download keeps failing is tried again after pauses that grow, not at every pass")
+    func failingPinnedDownloadPauses() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running([.changeFeed, .maintenance]) {
+            let content = pattern(1_000, seed: 4)
+            try h.remote.otherDevice.createFile("broken.bin", content: content)
+            let ino = try await h.appeared("/broken.bin")
+            // A server error that leaves the connection up: the pass after each failure would
+            // start it again at once.
+            h.remote.failNext(.download, with: .protocolError("injected: 500"), times: 2)
+            try set(h, ino, "user.ubiq.pinned", "1")
+            try await eventually("the first try") { h.remote.calls(.download) >= 1 }
+            let first = ContinuousClock.now
+            try await eventually("a try that works") { try h.downloadingStatus(ino) == "current" }
+            #expect(h.remote.calls(.download) == 3, "two failures, then the try that worked")
+            #expect(ContinuousClock.now - first >= DownloadRetries.pause(afterFailures: 1) + DownloadRetries.pause(afterFailures: 2),
+                    "each try waited out its pause")
+            #expect(try await h.read(ino) == content)
         }
     }
 
