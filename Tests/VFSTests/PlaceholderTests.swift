@@ -179,6 +179,10 @@ struct PlaceholderTests {
         second.engine.dropLeftoverContent()
         #expect(!second.engine.cache.exists(ino), "the next start drops what no one can see")
         #expect(try await second.read(ino) == Self.bigContent)
+        // The read has all the bytes before the digest check ends.
+        try await second.running([]) {
+            try await eventually("the download to be checked") { try second.downloadingStatus(ino) == "current" }
+        }
         second.engine.dropLeftoverContent()
         #expect(second.engine.cache.exists(ino), "a downloaded file's content stays")
     }
