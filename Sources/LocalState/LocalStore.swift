@@ -146,6 +146,13 @@ public final class LocalStore: Sendable {
             // not take itself for the first create.
             try db.execute(sql: "INSERT INTO first_create_places (ino, parent_id, name) SELECT ino, '', '' FROM items WHERE revision IS NULL AND ino != 1")
         }
+        m.registerMigration("v8: server changes held for an answer") { db in
+            // The newest server change of an item that arrived while this device's own change
+            // of it was unanswered. The feed leaves such an item to the answer, but an answer
+            // made before another device's change does not hold it, and the feed has moved
+            // past it: applied once the answer is recorded, if it is newer.
+            try db.execute(sql: "CREATE TABLE held_changes (item_id TEXT PRIMARY KEY NOT NULL, revision TEXT NOT NULL, json BLOB NOT NULL)")
+        }
         return m
     }
 
@@ -388,6 +395,16 @@ public struct LocalReader {
         try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM items")) ?? 0
     }
 
+    /// The server change held for `id` until its own change's answer (see migration v8).
+    public func heldChange(of id: ItemID) throws -> (revision: Revision, json: Data)? {
+        try Row.fetchOne(try db.cachedStatement(sql: "SELECT revision, json FROM held_changes WHERE item_id = ?"), arguments: [id.rawValue])
+            .map { (Revision($0["revision"]), $0["json"]) }
+    }
+
+    public func itemsWithHeldChanges() throws -> [ItemID] {
+        try String.fetchAll(try db.cachedStatement(sql: "SELECT item_id FROM held_changes")).map { ItemID($0) }
+    }
+
     public func orphans(of parent: ItemID) throws -> [Data] {
         try Data.fetchAll(try db.cachedStatement(sql: "SELECT json FROM orphans WHERE parent_id = ?"), arguments: [parent.rawValue])
     }
@@ -542,6 +559,15 @@ public struct LocalWriter {
     /// A queued deletion of `id` must carry the revision our own in-flight change just made.
     public func updatePendingDelete(of id: ItemID, revision: Revision) throws {
         try db.cachedStatement(sql: "UPDATE outbox SET revision = ? WHERE op = 'delete' AND item_id = ?").execute(arguments: [revision.rawValue, id.rawValue])
+    }
+
+    public func holdChange(_ id: ItemID, revision: Revision, json: Data) throws {
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO held_changes (item_id, revision, json) VALUES (?, ?, ?)").execute(
+            arguments: [id.rawValue, revision.rawValue, json])
+    }
+
+    public func dropHeldChange(_ id: ItemID) throws {
+        try db.cachedStatement(sql: "DELETE FROM held_changes WHERE item_id = ?").execute(arguments: [id.rawValue])
     }
 
     public func addOrphan(_ id: ItemID, parent: ItemID, json: Data) throws {

@@ -36,11 +36,14 @@ extension SyncEngine {
     /// Applies a page of changes in one transaction (one fsync for a thousand items on the
     /// first sync of a large container, instead of one each), and records `cursor` as reached
     /// (nil: a change held back earlier, behind the cursor already).
-    func apply(_ changes: [ItemChange], cursor: ChangeCursor?) throws -> [KernelInvalidation] {
+    /// `releasing`: the item whose held change (`held_changes`) this is; its row goes in the
+    /// same transaction (and comes back if the item still waits for an answer).
+    func apply(_ changes: [ItemChange], cursor: ChangeCursor?, releasing held: ItemID? = nil) throws -> [KernelInvalidation] {
         let (invalidations, events, pinnedToFetch) = try store.write { w -> ([KernelInvalidation], [MountEvent], Bool) in
             var out: [KernelInvalidation] = []
             var events: [MountEvent] = []
             var pinnedToFetch = false
+            if let held { try w.dropHeldChange(held) }
             for change in changes { try applyLocked(change, w, &out, &events, &pinnedToFetch) }
             if let cursor { try w.setMeta("cursor", cursor.rawValue) }
             return (out, events, pinnedToFetch)
@@ -63,6 +66,37 @@ extension SyncEngine {
             if !invalidations.isEmpty { observer.invalidate(invalidations) }
         } catch {
             logger.error("cannot apply a change held back while the file was open for writing", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Applies the server change held for the item at `ino` while its own change was
+    /// unanswered (`held_changes`), now that an answer is recorded: unless the answer is as
+    /// new, or another change of the item still waits for its answer (then it stays held).
+    func applyHeldChange(of ino: Int64) {
+        do {
+            guard let (id, json) = try store.read({ r -> (ItemID, Data)? in
+                guard let item = try r.item(ino), let held = try r.heldChange(of: item.itemID) else { return nil }
+                return (item.itemID, held.json)
+            }) else { return }
+            let change = try JSONDecoder().decode(ItemChange.self, from: json)
+            let invalidations = try apply([change], cursor: nil, releasing: id)
+            if !invalidations.isEmpty { observer.invalidate(invalidations) }
+        } catch {
+            logger.error("cannot apply a change held for an answer", metadata: ["item.ino": "\(ino)", "error": "\(error)"])
+        }
+    }
+
+    /// At start: the held changes of items whose answers were recorded before a stop.
+    func applyHeldChanges() {
+        do {
+            let inos = try store.read { r in try r.itemsWithHeldChanges().compactMap { id -> Int64? in
+                // Gone here: nothing to apply it to (its deletion's echo would drop it).
+                guard let item = try r.item(id: id) else { return nil }
+                return item.ino
+            } }
+            for ino in inos { applyHeldChange(of: ino) }
+        } catch {
+            logger.error("cannot read the changes held for answers", metadata: ["error": "\(error)"])
         }
     }
 
@@ -117,6 +151,7 @@ extension SyncEngine {
         let local = try r.item(id: remote.id)
         if change.kind == .delete || remote.deleted {
             try w.removeOrphan(remote.id)
+            try w.dropHeldChange(remote.id)
             try w.removeTombstone(remote.id)
             guard let local else { return }
             if try hasLocalChanges(local, r) {
@@ -154,8 +189,15 @@ extension SyncEngine {
             // older than what we hold must not undo what we did since.
             if let held = local.revision, !remote.revision.isNewer(than: held) { return }
             // Local changes not yet sent: they carry their base revision, and the server's
-            // answer (success, or a conflict holding its state) settles the item then.
-            if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty { return }
+            // answer (success, or a conflict holding its state) settles the item then. But an
+            // answer made before this change does not hold it: kept until the answer is
+            // recorded, then applied if newer (`applyHeldChange`).
+            if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty {
+                if try r.heldChange(of: remote.id).map({ remote.revision.isNewer(than: $0.revision) }) ?? true {
+                    try w.holdChange(remote.id, revision: remote.revision, json: try JSONEncoder().encode(change))
+                }
+                return
+            }
             // Open for writing: a write may come, and its upload (on this base) would then meet
             // this change as a conflict. Held back until the last writer closes.
             let heldBack = state.withLock { s -> Bool in

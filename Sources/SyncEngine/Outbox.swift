@@ -58,7 +58,7 @@ extension SyncEngine {
                 inFlight[seq] = nil
                 guard let outcome else { continue }
                 switch outcome {
-                case .done: break
+                case .done: applyHeldChange(of: ino)
                 case .again: skipped.insert(seq)
                 case .heldForWriter: held.insert(seq)
                 case .later(let why, let delay, let isOffline):
@@ -809,6 +809,7 @@ struct OutboxService: Service {
 
     func run() async throws {
         engine.recoverUnclosedWrites()
+        engine.applyHeldChanges()
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 // Deferred entries come due without a signal: look again every second.

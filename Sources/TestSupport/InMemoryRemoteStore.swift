@@ -54,6 +54,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         var uploadsLeft: Int?
         var injected: [Operation: [RemoteError]] = [:]
         var lostAnswers: [Operation: [RemoteError]] = [:]
+        var answerGates: [Operation: CallGate] = [:]
         var gates: [Operation: CallGate] = [:]
         var downloadHold: (after: Int64, gate: CallGate)?
         var corruptDownloads = false
@@ -138,6 +139,16 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         return gate
     }
 
+    /// Every later call of `operation` is carried out (committed, pushed to the streams), and
+    /// its answer then waits until the gate opens: the push stream overtakes it, as it may on
+    /// a loaded machine. `gate.arrivals` tells how many answers wait.
+    @discardableResult
+    public func holdAnswers(_ operation: Operation) -> CallGate {
+        let gate = CallGate()
+        state.withLock { $0.answerGates[operation] = gate }
+        return gate
+    }
+
     /// true: every download delivers its bytes with the first one of each chunk flipped, as a
     /// broken transport or disk would; the digest check must catch it.
     public var corruptDownloads: Bool {
@@ -156,8 +167,8 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     /// Opens every gate and forgets them (tests call this on the way out so nothing stays parked).
     public func releaseAll() {
         let gates = state.withLock { s -> [CallGate] in
-            defer { s.gates.removeAll(); s.downloadHold = nil }
-            return Array(s.gates.values) + (s.downloadHold.map { [$0.gate] } ?? [])
+            defer { s.gates.removeAll(); s.answerGates.removeAll(); s.downloadHold = nil }
+            return Array(s.gates.values) + Array(s.answerGates.values) + (s.downloadHold.map { [$0.gate] } ?? [])
         }
         for g in gates { g.open() }
     }
@@ -466,7 +477,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     public func createItem(_ request: CreateItemRequest) async throws -> ItemMetadata {
         try await enter(.createItem)
         defer { answer(.createItem) }
-        return try deliver(.createItem, try create(request))
+        return try await delivered(.createItem, try create(request))
     }
 
     /// A create as the server does it: its inline content first, then the item.
@@ -488,32 +499,32 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
                 if case .refused = error { results.append(.failure(error)) } else { throw error }
             }
         }
-        return try deliver(.createItems, results)
+        return try await delivered(.createItems, results)
     }
 
     public func updateContent(_ id: ItemID, _ request: UpdateContentRequest) async throws -> ItemMetadata {
         try await enter(.updateContent)
         defer { answer(.updateContent) }
         if let content = request.content { try storeInline(content, declared: request.digest) }
-        return try deliver(.updateContent, try mutate { s in try s.updateContent(id, request, now: Self.now()) })
+        return try await delivered(.updateContent, try mutate { s in try s.updateContent(id, request, now: Self.now()) })
     }
 
     public func updateItem(_ id: ItemID, _ request: UpdateItemRequest) async throws -> ItemMetadata {
         try await enter(.updateItem)
         defer { answer(.updateItem) }
-        return try deliver(.updateItem, try mutate { s in try s.updateItem(id, request) })
+        return try await delivered(.updateItem, try mutate { s in try s.updateItem(id, request) })
     }
 
     public func deleteItem(_ id: ItemID, base: Revision, recursive: Bool) async throws -> [ItemMetadata] {
         try await enter(.deleteItem)
         defer { answer(.deleteItem) }
-        return try deliver(.deleteItem, try mutate { s in try s.delete(id, base: base, recursive: recursive) })
+        return try await delivered(.deleteItem, try mutate { s in try s.delete(id, base: base, recursive: recursive) })
     }
 
     public func setXattrs(_ id: ItemID, _ request: SetXattrsRequest) async throws -> ItemMetadata {
         try await enter(.setXattrs)
         defer { answer(.setXattrs) }
-        return try deliver(.setXattrs, try mutate { s in try s.setXattrs(id, request) })
+        return try await delivered(.setXattrs, try mutate { s in try s.setXattrs(id, request) })
     }
 
     // MARK: Plumbing
@@ -539,6 +550,12 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
 
     func answer(_ operation: Operation) {
         state.withLock { $0.answered[operation, default: 0] += 1 }
+    }
+
+    /// Waits at the operation's answer gate, if any, then `deliver`.
+    func delivered<T>(_ operation: Operation, _ result: T) async throws -> T {
+        if let gate = state.withLock({ $0.answerGates[operation] }) { await gate.pass() }
+        return try deliver(operation, result)
     }
 
     /// Throws when the answer of this (already carried out) call is to be lost.

@@ -126,6 +126,30 @@ struct XattrTests {
         }
     }
 
+    @Test("another device's change that lands after this device's own and reaches here before its answer still applies")
+    func aNewerChangeOvertakingAnAnswerApplies() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running([.changeFeed, .outbox]) {
+            let made = try h.remote.otherDevice.createFile("shared.txt", content: Array("shared".utf8))
+            let ino = try await h.appeared("/shared.txt")
+            let answers = h.remote.holdAnswers(.setXattrs)
+            try set(h, ino, "user.mine", "1")
+            try await eventually("this device's change to land") { answers.arrivals == 1 }
+            // Then the other device's, on top of it; the push stream brings both here while
+            // the answer to this device's change still travels.
+            var theirs = try #require(h.remote.item(atPath: "/shared.txt")).xattrs
+            theirs["user.theirs"] = Data("2".utf8)
+            let latest = try h.remote.otherDevice.setXattrs(made.id, theirs)
+            try await eventually("the feed to bring both") { h.engine.appliedCursor == h.remote.latestCursor }
+            answers.open()
+            try await eventually("the answer to be recorded") { try h.outbox().isEmpty }
+            try await eventually("the other device's attribute to show") { try h.xattr(ino, "user.theirs") == "2" }
+            #expect(try h.xattr(ino, "user.mine") == "1")
+            #expect(try h.local(ino)?.revision == latest.revision)
+        }
+    }
+
     @Test("a pinned file whose download keeps failing is tried again after pauses that grow, not at every pass")
     func failingPinnedDownloadPauses() async throws {
         let h = try Harness()
