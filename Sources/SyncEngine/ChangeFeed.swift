@@ -62,7 +62,7 @@ extension SyncEngine {
     /// device on the old version for good: the feed had moved past the change.
     func applyDeferredChange(_ change: ItemChange) {
         do {
-            let invalidations = try apply([change], cursor: nil)
+            let invalidations = try apply([change], cursor: nil, releasing: change.item.id)
             if !invalidations.isEmpty { observer.invalidate(invalidations) }
         } catch {
             logger.error("cannot apply a change held back while the file was open for writing", metadata: ["error": "\(error)"])
@@ -199,13 +199,18 @@ extension SyncEngine {
                 return
             }
             // Open for writing: a write may come, and its upload (on this base) would then meet
-            // this change as a conflict. Held back until the last writer closes.
+            // this change as a conflict. Held back until the last writer closes; kept in the
+            // index too, so that a daemon that dies with the file open applies it at its next
+            // start (`applyHeldChanges`) instead of forgetting it.
             let heldBack = state.withLock { s -> Bool in
                 guard s.openForWriting[local.ino] != nil else { return false }
                 s.deferredChanges[local.ino] = change
                 return true
             }
-            if heldBack { return }
+            if heldBack {
+                try w.holdChange(remote.id, revision: remote.revision, json: try JSONEncoder().encode(change))
+                return
+            }
             let oldParent = local.parent, oldName = local.name
             if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
                 try makeRoom(for: clash, w)

@@ -313,6 +313,27 @@ struct PlaceholderTests {
         }
     }
 
+    @Test("a remote change held back for a writer is not forgotten when the daemon dies with the file open")
+    func remoteChangeHeldForAWriterSurvivesACrash() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        let (ino, updated) = try await first.running {
+            let remote = try first.remote.otherDevice.createFile("f.txt", content: Array("one".utf8))
+            let ino = try await first.appeared("/f.txt")
+            _ = try await first.fs.open(ino, flags: O_RDWR)  // never closed: the daemon dies
+            let updated = try first.remote.otherDevice.updateContent(remote.id, to: Array("two two".utf8))
+            try await eventually("the feed to pass the change") { try first.caughtUp() }
+            #expect(try first.xattr(ino, "user.ubiq.revision") != updated.revision.rawValue, "held back while open for writing")
+            return (ino, updated)
+        }
+        let h = try first.restarted()
+        try await h.running([.outbox]) {
+            // The feed has passed the change: only what was kept can bring it.
+            try await eventually("the change to apply at the start") { try h.xattr(ino, "user.ubiq.revision") == updated.revision.rawValue }
+            #expect(try h.fs.attributes(ino).size == 7)
+        }
+    }
+
     @Test("a reader of a stale copy keeps its version; an open made meanwhile reads the new one, bypassing the page cache")
     func staleCopyKeptByItsReader() async throws {
         let h = try Harness()
