@@ -80,7 +80,7 @@ public final class ThrottledRelay: @unchecked Sendable {
                 continue
             }
             let finished = Finished(count: 2) { [self] in
-                open.withLock { _ = sockets.subtract([client, server]) }
+                open.withLock { sockets.subtract([client, server]) }
                 Glibc.close(client)
                 Glibc.close(server)
             }
