@@ -56,22 +56,13 @@ extension SyncEngine {
         return invalidations
     }
 
-    /// A change held back while its file was open for writing, applied at the last close (after
-    /// the close recorded any write: a written file keeps its local content, and its upload
-    /// settles the conflict). Without this, a writer that closed without writing left the
-    /// device on the old version for good: the feed had moved past the change.
-    func applyDeferredChange(_ change: ItemChange) {
-        do {
-            let invalidations = try apply([change], cursor: nil, releasing: change.item.id)
-            if !invalidations.isEmpty { observer.invalidate(invalidations) }
-        } catch {
-            logger.error("cannot apply a change held back while the file was open for writing", metadata: ["error": "\(error)"])
-        }
-    }
-
-    /// Applies the server change held for the item at `ino` while its own change was
-    /// unanswered (`held_changes`), now that an answer is recorded: unless the answer is as
-    /// new, or another change of the item still waits for its answer (then it stays held).
+    /// Applies the server change held for the item at `ino` (`held_changes`): once an answer
+    /// to its own change is recorded, or at the last close of a file that was open for writing
+    /// when the change arrived. Unless the item is as new by then, or another change of it
+    /// still waits for its answer (then it stays held). Without the close's, a writer that
+    /// closed without writing left the device on the old version for good: the feed had moved
+    /// past the change. (After a write, the upload goes up with its base revision and its
+    /// answer settles the item.)
     func applyHeldChange(of ino: Int64) {
         do {
             guard let (id, json) = try store.read({ r -> (ItemID, Data)? in
@@ -192,25 +183,22 @@ extension SyncEngine {
             // answer (success, or a conflict holding its state) settles the item then. But an
             // answer made before this change does not hold it: kept until the answer is
             // recorded, then applied if newer (`applyHeldChange`).
-            if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty {
+            func hold() throws {
                 if try r.heldChange(of: remote.id).map({ remote.revision.isNewer(than: $0.revision) }) ?? true {
                     try w.holdChange(remote.id, revision: remote.revision, json: try JSONEncoder().encode(change))
                 }
-                return
             }
+            if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty { return try hold() }
             // Open for writing: a write may come, and its upload (on this base) would then meet
-            // this change as a conflict. Held back until the last writer closes; kept in the
-            // index too, so that a daemon that dies with the file open applies it at its next
-            // start (`applyHeldChanges`) instead of forgetting it.
+            // this change as a conflict. Held until the last writer closes; in the index, so
+            // that a daemon that dies with the file open applies it at its next start
+            // (`applyHeldChanges`) instead of forgetting it.
             let heldBack = state.withLock { s -> Bool in
                 guard s.openForWriting[local.ino] != nil else { return false }
-                s.deferredChanges[local.ino] = change
+                s.heldForWriters.insert(local.ino)
                 return true
             }
-            if heldBack {
-                try w.holdChange(remote.id, revision: remote.revision, json: try JSONEncoder().encode(change))
-                return
-            }
+            if heldBack { return try hold() }
             let oldParent = local.parent, oldName = local.name
             if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
                 try makeRoom(for: clash, w)

@@ -483,8 +483,8 @@ public final class Downloads: Sendable {
         } catch {
             logger.error("cannot record a download", metadata: ["item.ino": "\(ino)", "error": "\(error)"])
         }
-        if error == nil, let holders = holders.withLock({ $0.value }) { holders.downloadCompleted(ino, digest: digest) }
         if error == nil {
+            if let holders = holders.withLock({ $0.value }) { holders.downloadCompleted(ino, digest: digest) }
             state.withLock { $0.retries.succeeded(ino) }
         } else {
             // The pass that comes when the pause ends may start it again.

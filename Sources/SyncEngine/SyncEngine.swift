@@ -54,9 +54,9 @@ public final class SyncEngine: Sendable {
         var cleanedWhileOpen: Set<Int64> = []
         /// Files open for writing: never evicted, and their uploads wait for a save (`uploadableGeneration`).
         var openForWriting: [Int64: Int] = [:]
-        /// The server's latest change of a file that was open for writing when it arrived, held
-        /// back until the last writer closes (see `applyDeferredChange`).
-        var deferredChanges: [Int64: ItemChange] = [:]
+        /// Files open for writing when a server change of them arrived: the change is held
+        /// (`held_changes`) until the last writer closes (see `applyHeldChange`).
+        var heldForWriters: Set<Int64> = []
         var openCount: [Int64: Int] = [:]
         var uploading: Set<Int64> = []
         var uploadProgress: [Int64: (Int64, Int64)] = [:]
@@ -138,19 +138,19 @@ public final class SyncEngine: Sendable {
     }
 
     public func didClose(_ ino: Int64, forWriting: Bool) {
-        let deferred = state.withLock { s -> ItemChange? in
+        let held = state.withLock { s -> Bool in
             s.openCount[ino, default: 1] -= 1
             if s.openCount[ino] == 0 { s.openCount[ino] = nil }
-            guard forWriting else { return nil }
+            guard forWriting else { return false }
             s.openForWriting[ino, default: 1] -= 1
-            guard s.openForWriting[ino] == 0 else { return nil }
+            guard s.openForWriting[ino] == 0 else { return false }
             s.openForWriting[ino] = nil
             s.cleanedWhileOpen.remove(ino)
             // An upload under way compares its snapshot when it is done, and forgets them then.
             if !s.uploading.contains(ino) { s.forgetGenerations(of: ino) }
-            return s.deferredChanges.removeValue(forKey: ino)
+            return s.heldForWriters.remove(ino) != nil
         }
-        if let deferred { applyDeferredChange(deferred) }
+        if held { applyHeldChange(of: ino) }
         // The last writer closed: an upload held for it goes now.
         if forWriting && !isOpenForWriting(ino) { outboxSignal.yield() }
         maintenanceSignal.yield()
