@@ -197,6 +197,16 @@ public final class LocalStore: Sendable {
     }
 }
 
+/// A walk up from an item did not reach the root: its folders loop. The engine never makes
+/// one (it holds a change that would); thrown so that a loop it failed to prevent fails the
+/// transaction instead of walking for ever inside it, holding the database.
+public struct TreeCycleError: Error, CustomStringConvertible {
+    public let ino: Int64
+    /// A path of at most `PATH_MAX` (4096) bytes has fewer levels than this.
+    static let deepest = 4096
+    public var description: String { "the folders above item \(ino) form a loop" }
+}
+
 /// Read access inside one transaction.
 public struct LocalReader {
     let db: Database
@@ -239,6 +249,7 @@ public struct LocalReader {
         while let c = cursor, c != LocalItem.rootIno {
             guard let item = try item(c) else { return nil }
             names.append(item.name)
+            if names.count > TreeCycleError.deepest { throw TreeCycleError(ino: ino) }
             cursor = item.parent
         }
         return "/" + names.reversed().joined(separator: "/")
@@ -246,9 +257,12 @@ public struct LocalReader {
 
     public func isExcluded(_ ino: Int64) throws -> Bool {
         var cursor: Int64? = ino
+        var steps = 0
         while let c = cursor, c != LocalItem.rootIno {
             guard let item = try item(c) else { return false }
             if item.name.hasSuffix(".nosync") { return true }
+            steps += 1
+            if steps > TreeCycleError.deepest { throw TreeCycleError(ino: ino) }
             cursor = item.parent
         }
         return false
@@ -376,8 +390,11 @@ public struct LocalReader {
     /// True when `ino` is `folder` or anywhere below it.
     public func isWithin(_ ino: Int64, _ folder: Int64) throws -> Bool {
         var cursor: Int64? = ino
+        var steps = 0
         while let c = cursor {
             if c == folder { return true }
+            steps += 1
+            if steps > TreeCycleError.deepest { throw TreeCycleError(ino: ino) }
             cursor = try item(c)?.parent
         }
         return false

@@ -199,6 +199,14 @@ extension SyncEngine {
                 return true
             }
             if heldBack { return try hold() }
+            // Into a folder that a move here, not yet on the server, put below this item (this
+            // device moved `y` into `x` while another moved `x` into `y`): applied, both would
+            // leave the tree, and every walk up from them would never end. Held: the server
+            // refuses that move as a cycle, the outbox then gives the moved item back its
+            // server folder, and applies what is held (`keepServerFolder`).
+            if try parent.ino == local.ino || r.isWithin(parent.ino, local.ino) { return try hold() }
+            // Anything held of it is older than this.
+            try w.dropHeldChange(remote.id)
             let oldParent = local.parent, oldName = local.name
             if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
                 try makeRoom(for: clash, w)

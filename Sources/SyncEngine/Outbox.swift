@@ -204,10 +204,31 @@ extension SyncEngine {
         }
     }
 
+    /// How many entries are being sent, each waiting for the next, up this call chain: a
+    /// request may first send what it waits for (its folder's create, the move that frees its
+    /// name), and that in turn what it waits for.
+    @TaskLocal static var nesting = 0
+
+    /// Deeper than any chain of waits a tree can make (a folder's create waits for its parent's,
+    /// at most one per level), so only a loop of waits gets there. A loop this code does not
+    /// break ran on one thread without end, its memory growing, and never let the process go;
+    /// now it is an error the entry reports, and the entry is tried again later.
+    static let maxNesting = 512
+    public static let loopOfWaits = "requests wait on one another in a loop"
+
     func run(_ entry: OutboxEntry) async -> Outcome {
         // Before it is marked started, so that the writer's close joins this entry instead of
         // queueing another (sendContent checks again, race-free).
         if entry.op == .content && uploadableGeneration(entry.ino) == nil { return .heldForWriter }
+        guard Self.nesting < Self.maxNesting else {
+            logger.error("requests wait on one another in a loop", metadata: ["item.ino": "\(entry.ino)", "op": "\(entry.op)"])
+            observer.event(MountEvent(kind: "uploadError", path: try? store.read { try $0.path(of: entry.ino) }, detail: Self.loopOfWaits))
+            return .later(Self.loopOfWaits, after: .seconds(1), offline: false)
+        }
+        return await Self.$nesting.withValue(Self.nesting + 1) { await runNested(entry) }
+    }
+
+    private func runNested(_ entry: OutboxEntry) async -> Outcome {
         state.withLock { _ = $0.uploading.insert(entry.ino) }
         defer { state.withLock { s in s.uploading.remove(entry.ino); s.uploadProgress[entry.ino] = nil } }
         do {
@@ -286,6 +307,8 @@ extension SyncEngine {
                 return try await nameTaken(by: current, for: item.ino)
             } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
                 return try resurrectLocal(item.ino)
+            } catch let RemoteError.refused(code, _, _) where code == .invalidMove && entry.op == .move {
+                return try await keepServerFolder(item)
             }
         case .delete:
             return .done
@@ -299,7 +322,8 @@ extension SyncEngine {
         if parent.revision != nil { return parent.itemID }
         let pending = try store.read { r in try r.queuedEntry(.createFolder, of: parentIno) }
         guard let pending, pending.notBefore <= Self.now() else { return nil }
-        let outcome = await run(pending)
+        // To completion: a create that first had to move a name's holder aside goes at once.
+        let outcome = await runToCompletion(pending)
         guard case .done = outcome else { return nil }
         return try store.read { try $0.item(parentIno) }.flatMap { $0.revision != nil ? $0.itemID : nil }
     }
@@ -625,7 +649,24 @@ extension SyncEngine {
         return merged
     }
 
-    func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false) throws {
+    /// The server refused this folder's move as a move below itself: another device moved the
+    /// folder it was moving into below it first. That move stands (the server's order decides),
+    /// so the item goes back to its server folder here, keeping a new name of its own, which
+    /// goes up as a rename. The change that the feed held for the other folder (it would have
+    /// put both out of the tree) applies then.
+    func keepServerFolder(_ item: LocalItem) async throws -> Outcome {
+        let current = try await remote.item(item.itemID)
+        try rebase(item.ino, on: current, takeServerFolder: true)
+        observer.event(MountEvent(
+            kind: "conflict", path: try store.read { try $0.path(of: item.ino) },
+            detail: "another device moved the folder it was moving into below it first; kept in its folder"))
+        applyHeldChanges()
+        return .again
+    }
+
+    /// `takeServerFolder`: the server's folder wins even over a queued local move, whose name
+    /// still goes up (`keepServerFolder`).
+    func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false, takeServerFolder: Bool = false) throws {
         let inval = try store.write { w -> [KernelInvalidation] in
             guard var item = try w.reader.item(ino) else { return [] }
             var out: [KernelInvalidation] = [.inode(ino)]
@@ -644,12 +685,17 @@ extension SyncEngine {
                 // attribute is kept (a queued send with no such name left sends the server's).
                 item.xattrs = Self.mergeXattrs(server: current.xattrs, local: item.xattrs, changedHere: try w.reader.xattrChanges(of: ino))
             }
-            if !localMove, let parentID = current.parentID, let parent = try w.reader.item(id: parentID),
-               try w.reader.child(of: parent.ino, named: current.name) == nil {
-                if let old = item.parent { out.append(.entry(parent: old, name: item.name)) }
-                item.parent = parent.ino
-                item.name = current.name
-                out.append(.entry(parent: parent.ino, name: current.name))
+            // Never below itself here (a local move of a folder above it still queued): that
+            // would put both out of the tree.
+            if !localMove || takeServerFolder, let parentID = current.parentID, let parent = try w.reader.item(id: parentID),
+               parent.ino != ino, try !w.reader.isWithin(parent.ino, ino) {
+                let name = localMove ? item.name : current.name
+                if try w.reader.child(of: parent.ino, named: name).map({ $0.ino == ino }) ?? true {
+                    if let old = item.parent { out.append(.entry(parent: old, name: item.name)) }
+                    item.parent = parent.ino
+                    item.name = name
+                    out.append(.entry(parent: parent.ino, name: name))
+                }
             }
             item.revision = current.revision
             // The server's content, unless this row's own is what goes up next: the digest,
@@ -707,7 +753,10 @@ extension SyncEngine {
     /// this device does not know (another device's) makes this one a conflicted copy.
     func nameTaken(by holder: ItemMetadata?, for ino: Int64) async throws -> Outcome {
         let mine = try holder.flatMap { h in try store.read { try $0.item(id: h.id) } }
-        if let holder, let mine, Self.waitingMoves.contains(mine.ino) {
+        // A cycle: the holder's move waits up the chain for this one, or this request already
+        // waits up the chain for the holder's move (the holder moves into this new folder, so
+        // its move waits for this folder's create, which waits for its move).
+        if let holder, let mine, Self.waitingMoves.contains(mine.ino) || Self.waitingMoves.contains(ino) {
             return try await moveAsideOnServer(mine, holder)
         }
         if try await sendPendingDelete(of: holder?.id, for: ino) { return .again }

@@ -55,6 +55,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         var injected: [Operation: [RemoteError]] = [:]
         var lostAnswers: [Operation: [RemoteError]] = [:]
         var answerGates: [Operation: CallGate] = [:]
+        var jitter: Duration?
         var gates: [Operation: CallGate] = [:]
         var downloadHold: (after: Int64, gate: CallGate)?
         var corruptDownloads = false
@@ -123,6 +124,21 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     public func loseAnswer(_ operation: Operation, times: Int = 1,
                            as error: RemoteError = .unreachable("injected: the connection dropped before the answer arrived")) {
         state.withLock { $0.lostAnswers[operation, default: []] += Array(repeating: error, count: times) }
+    }
+
+    /// nil: calls, answers and pushes go at once. Set: each call, each answer and each push of
+    /// new changes first waits a random time up to this, as on a real link whose requests and
+    /// push stream overtake one another.
+    public var jitter: Duration? {
+        get { state.withLock { $0.jitter } }
+        set { state.withLock { $0.jitter = newValue } }
+    }
+
+    func jitterPause() async {
+        guard let most = jitter else { return }
+        let nanos = most.components.seconds * 1_000_000_000 + most.components.attoseconds / 1_000_000_000
+        guard nanos > 0 else { return }
+        try? await Task.sleep(nanoseconds: UInt64(Int64.random(in: 0...nanos)))
     }
 
     /// Answers every later call again (undoes `loseAnswer` that was not used up).
@@ -349,6 +365,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
                     var cursor = try self.send(after: since, to: continuation)
                     continuation.yield(.ready(cursor))
                     for await _ in signals {
+                        await self.jitterPause()
                         cursor = try self.send(after: cursor, to: continuation)
                     }
                     self.unregister(registered)
@@ -531,6 +548,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
 
     /// Counts the call, then: offline → unreachable; an injected failure → it; a gate → wait.
     func enter(_ operation: Operation) async throws {
+        await jitterPause()
         let (failure, gate) = state.withLock { s -> (RemoteError?, CallGate?) in
             s.calls[operation, default: 0] += 1
             if !s.online { return (.unreachable("the in-memory server is offline"), nil) }
@@ -555,6 +573,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     /// Waits at the operation's answer gate, if any, then `deliver`.
     func delivered<T>(_ operation: Operation, _ result: T) async throws -> T {
         if let gate = state.withLock({ $0.answerGates[operation] }) { await gate.pass() }
+        await jitterPause()
         return try deliver(operation, result)
     }
 

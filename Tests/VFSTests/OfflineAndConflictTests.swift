@@ -396,6 +396,43 @@ struct ConflictTests {
         }
     }
 
+    /// Regression: this device moved `y` into `x` while another moved `x` into `y`. The feed
+    /// put `x` below `y` here, below `x`: both left the tree, and the next walk up from them
+    /// (a path for an event) never ended, inside a write transaction, so the whole mount hung.
+    @Test(
+        "folders moved into each other on two devices: the server's first move stands, both stay in the tree, a rename here still goes up",
+        arguments: [false, true]
+    )
+    func foldersMovedIntoEachOther(renamedToo: Bool) async throws {
+        let first = try Harness()
+        defer { first.close() }
+        _ = try first.mkdir("x")
+        let y = try first.mkdir("y")
+        try first.writeNewFile("inside", in: y, Array("kept".utf8))
+        try await first.running { try await first.settled("both folders to reach the server") }
+        let (xID, yID) = (try #require(first.remote.item(atPath: "/x")).id, try #require(first.remote.item(atPath: "/y")).id)
+        // Made while no outbox runs: the other device's move reaches the server first.
+        let h = try first.restarted()
+        let name = renamedToo ? "z" : "y"
+        try h.fs.rename(parent: rootIno, name: n("y"), newParent: try h.requireIno("/x"), newName: n(name), noReplace: false, exchange: false)
+        _ = try h.remote.otherDevice.move(xID, parent: yID)
+        let catchUpsBefore = h.remote.calls(.changes)
+        try await h.running {
+            try await h.settled("the refused move and the other device's to settle")
+            let want: [String: InMemoryRemoteStore.TreeEntry] = [
+                "/\(name)": .init(kind: .folder, digest: nil),
+                "/\(name)/x": .init(kind: .folder, digest: nil),
+                "/\(name)/inside": .init(kind: .file, digest: sha(Array("kept".utf8))),
+            ]
+            #expect(h.remote.tree() == want)
+            #expect(try await h.localTree() == want)
+            #expect(h.remote.item(atPath: "/\(name)")?.id == yID)
+            // Applied, the other device's move would loop the folders: that transaction fails
+            // (`TreeCycleError`), and the feed starts over until the refused move settles it.
+            #expect(h.remote.calls(.changes) == catchUpsBefore + 1, "one catch-up: the feed never failed")
+        }
+    }
+
     @Test("edit versus delete: the edit wins and the item comes back")
     func editVersusDelete() async throws {
         let h = try Harness()

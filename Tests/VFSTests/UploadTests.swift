@@ -2,6 +2,7 @@ import Foundation
 import ItemModel
 import LocalState
 import SyncAPI
+import SyncEngine
 import Testing
 import TestSupport
 import VFS
@@ -279,6 +280,36 @@ struct UploadTests {
                 "/a/b": .init(kind: .file, digest: sha(Array("second".utf8))),
                 "/b": .init(kind: .file, digest: sha(Array("first".utf8))),
             ])
+        }
+    }
+
+    /// Regression: the item holding the name moves into the new folder that wants it. The
+    /// folder's create waits for the holder's move to free the name, and that move waits for
+    /// the folder's create (its new parent): the outbox sent the two to each other without end,
+    /// on one thread, its memory growing, until the process was killed.
+    @Test("a folder moved into a new folder that takes its name reaches the server")
+    func holderMovedIntoTheNewFolderTakingItsName() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        let old = try first.mkdir("a")
+        try first.writeNewFile("inside", in: old, Array("kept".utf8))
+        try await first.running { try await first.settled("the first folder to reach the server") }
+        let oldID = try #require(first.remote.item(atPath: "/a")).id
+        // Made while no outbox runs, so that the folder's create goes with its final name.
+        let h = try first.restarted()
+        let made = try h.mkdir("n")
+        try h.fs.rename(parent: rootIno, name: n("a"), newParent: made, newName: n("a"), noReplace: false, exchange: false)
+        try h.fs.rename(parent: rootIno, name: n("n"), newParent: rootIno, newName: n("a"), noReplace: false, exchange: false)
+        try await h.running {
+            try await h.settled("the new folder and the move to reach the server")
+            #expect(h.remote.tree() == [
+                "/a": .init(kind: .folder, digest: nil),
+                "/a/a": .init(kind: .folder, digest: nil),
+                "/a/a/inside": .init(kind: .file, digest: sha(Array("kept".utf8))),
+            ])
+            #expect(h.remote.item(atPath: "/a/a")?.id == oldID)
+            #expect(h.observer.events.filter { $0.kind == "conflict" }.isEmpty)
+            #expect(!h.observer.events.contains { $0.detail == SyncEngine.loopOfWaits }, "the loop was broken, not cut off")
         }
     }
 

@@ -161,9 +161,11 @@ struct XattrTests {
             // A server error that leaves the connection up: the pass after each failure would
             // start it again at once.
             h.remote.failNext(.download, with: .protocolError("injected: 500"), times: 2)
-            try set(h, ino, "user.ubiq.pinned", "1")
-            try await eventually("the first try") { h.remote.calls(.download) >= 1 }
+            // Taken before the pin: the first failure, and so each pause, starts after it. (Taken
+            // once the first try was seen, it was up to a poll late, and the wait came out 6 ms
+            // short of the pauses once under load.)
             let first = ContinuousClock.now
+            try set(h, ino, "user.ubiq.pinned", "1")
             try await eventually("a try that works") { try h.downloadingStatus(ino) == "current" }
             #expect(h.remote.calls(.download) == 3, "two failures, then the try that worked")
             #expect(ContinuousClock.now - first >= DownloadRetries.pause(afterFailures: 1) + DownloadRetries.pause(afterFailures: 2),
