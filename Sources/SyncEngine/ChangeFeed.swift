@@ -53,6 +53,11 @@ extension SyncEngine {
         // After the commit: a pass woken inside the transaction read the index before it and
         // did not see the new pinned file, which then waited for some later pass.
         if pinnedToFetch { maintenanceSignal.yield() }
+        // A change held because it would have looped the folders may fit now. Not from a held
+        // change's own application (`held`): that is such a retry already.
+        if held == nil, state.withLock({ s in defer { s.heldForLoops = false }; return s.heldForLoops }) {
+            applyHeldChanges()
+        }
         return invalidations
     }
 
@@ -203,8 +208,13 @@ extension SyncEngine {
             // device moved `y` into `x` while another moved `x` into `y`): applied, both would
             // leave the tree, and every walk up from them would never end. Held: the server
             // refuses that move as a cycle, the outbox then gives the moved item back its
-            // server folder, and applies what is held (`keepServerFolder`).
-            if try parent.ino == local.ino || r.isWithin(parent.ino, local.ino) { return try hold() }
+            // server folder, and applies what is held (`keepServerFolder`). Or the feed brings
+            // the other folder's own move out later (a catch-up lists each item once, at its
+            // latest change): held changes are tried again after each later batch (`apply`).
+            if try parent.ino == local.ino || r.isWithin(parent.ino, local.ino) {
+                state.withLock { $0.heldForLoops = true }
+                return try hold()
+            }
             // Anything held of it is older than this.
             try w.dropHeldChange(remote.id)
             let oldParent = local.parent, oldName = local.name

@@ -57,6 +57,9 @@ public final class SyncEngine: Sendable {
         /// Files open for writing when a server change of them arrived: the change is held
         /// (`held_changes`) until the last writer closes (see `applyHeldChange`).
         var heldForWriters: Set<Int64> = []
+        /// A server change is held because it would loop the folders here (see `applyLocked`):
+        /// held changes are tried again after each later batch of the feed.
+        var heldForLoops = false
         var openCount: [Int64: Int] = [:]
         var uploading: Set<Int64> = []
         var uploadProgress: [Int64: (Int64, Int64)] = [:]

@@ -433,6 +433,34 @@ struct ConflictTests {
         }
     }
 
+    /// The catch-up lists each item once, at its latest change: `x`'s move into `y` can come
+    /// before `y`'s move out of `x`, when `y` changed again after. Held then (it would loop the
+    /// folders here), it must apply once `y`'s change has, with nothing of this device's to wait for.
+    @Test("a catch-up that brings a folder's move into one still below it here applies both")
+    func catchUpOrderOfCrossedMoves() async throws {
+        let first = try Harness()
+        defer { first.close() }
+        _ = try first.mkdir("x")
+        _ = try first.mkdir("y")
+        try await first.running {
+            try await first.settled("both folders to reach the server")
+            let (xID, yID) = (try #require(first.remote.item(atPath: "/x")).id, try #require(first.remote.item(atPath: "/y")).id)
+            _ = try first.remote.otherDevice.move(yID, parent: xID)
+            try await eventually("y to arrive in x") { try first.ino("/x/y") != nil }
+        }
+        let h = try first.restarted()
+        let (xID, yID) = (try #require(h.remote.item(atPath: "/x/y")).parentID!, try #require(h.remote.item(atPath: "/x/y")).id)
+        _ = try h.remote.otherDevice.move(yID, parent: .root)
+        _ = try h.remote.otherDevice.move(xID, parent: yID)
+        _ = try h.remote.otherDevice.move(yID, to: "z")
+        try await h.running {
+            try await eventually("the other device's tree to show here") {
+                guard try h.caughtUp() else { return false }
+                return try await h.localTree() == ["/z": .init(kind: .folder, digest: nil), "/z/x": .init(kind: .folder, digest: nil)]
+            }
+        }
+    }
+
     @Test("edit versus delete: the edit wins and the item comes back")
     func editVersusDelete() async throws {
         let h = try Harness()
