@@ -245,27 +245,29 @@ public struct LocalReader {
     /// The item's path from the root, `/Documents/a.txt`.
     public func path(of ino: Int64) throws -> String? {
         var names: [String] = []
-        var cursor: Int64? = ino
-        while let c = cursor, c != LocalItem.rootIno {
-            guard let item = try item(c) else { return nil }
-            names.append(item.name)
-            if names.count > TreeCycleError.deepest { throw TreeCycleError(ino: ino) }
-            cursor = item.parent
-        }
+        guard try walkUp(from: ino, { names.append($0.name); return false }) != .missing else { return nil }
         return "/" + names.reversed().joined(separator: "/")
     }
 
     public func isExcluded(_ ino: Int64) throws -> Bool {
+        try walkUp(from: ino) { $0.name.hasSuffix(".nosync") } == .stopped
+    }
+
+    enum WalkEnd { case top, stopped, missing }
+
+    /// Hands `visit` each item from `ino` up to the root (not included), until it returns
+    /// true. The one walk up the tree, and so the one place its bound is kept.
+    func walkUp(from ino: Int64, _ visit: (LocalItem) throws -> Bool) throws -> WalkEnd {
         var cursor: Int64? = ino
         var steps = 0
         while let c = cursor, c != LocalItem.rootIno {
-            guard let item = try item(c) else { return false }
-            if item.name.hasSuffix(".nosync") { return true }
+            guard let item = try item(c) else { return .missing }
+            if try visit(item) { return .stopped }
             steps += 1
             if steps > TreeCycleError.deepest { throw TreeCycleError(ino: ino) }
             cursor = item.parent
         }
-        return false
+        return .top
     }
 
     public func descendants(of ino: Int64) throws -> [LocalItem] {
@@ -389,15 +391,7 @@ public struct LocalReader {
 
     /// True when `ino` is `folder` or anywhere below it.
     public func isWithin(_ ino: Int64, _ folder: Int64) throws -> Bool {
-        var cursor: Int64? = ino
-        var steps = 0
-        while let c = cursor {
-            if c == folder { return true }
-            steps += 1
-            if steps > TreeCycleError.deepest { throw TreeCycleError(ino: ino) }
-            cursor = try item(c)?.parent
-        }
-        return false
+        try ino == folder || walkUp(from: ino) { $0.parent == folder } == .stopped
     }
 
     public func isDownloadRequested(_ ino: Int64) throws -> Bool {
