@@ -207,6 +207,16 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     /// (with a result or a refusal). After a gate opens, this tells when the held call is done.
     public func answered(_ operation: Operation) -> Int { state.withLock { $0.answered[operation] ?? 0 } }
 
+    /// Calls entered but not yet answered, per operation ("createItem 3/2" means three calls,
+    /// two answered): what a stalled client is still waiting for. The push stream is left out
+    /// (it is never answered), as are calls refused at the door (offline, injected failures).
+    public var callsInFlight: String {
+        state.withLock { s in
+            Operation.allCases.filter { $0 != .changeStream && (s.calls[$0] ?? 0) != (s.answered[$0] ?? 0) }
+                .map { "\($0.rawValue) \(s.calls[$0] ?? 0)/\(s.answered[$0] ?? 0)" }.joined(separator: ", ")
+        }
+    }
+
     /// Content bytes sent by downloads so far.
     public var bytesDownloaded: Int64 { state.withLock { $0.blobBytesServed } }
 

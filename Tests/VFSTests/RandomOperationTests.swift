@@ -202,19 +202,30 @@ struct RandomOperationTests {
 
     /// After the run: the server, the mount and the model agree once everything is sent.
     func checkConverges(seed: UInt64, model: Model, log: [String], _ h: Harness) async throws {
+        // The longest this check itself waited between two looks: a whole test run shares two
+        // cooperative threads, and a pause as long as the deadline means the process was
+        // starved, not that the engine stalled.
+        let clock = ContinuousClock()
+        var lastLook = clock.now
+        var longestPause = Duration.zero
         do {
             try await eventually(timeout: .seconds(30), "the outbox to drain and the server to match the mount") {
+                longestPause = max(longestPause, clock.now - lastLook)
+                lastLook = clock.now
                 guard try h.outbox().isEmpty, try h.caughtUp() else { return false }
                 return try await h.localTree() == h.remote.tree()
             }
         } catch {
+            let status = try h.engine.status()
             let local = try await h.localTree()
             // The operations first and the findings last: CI keeps the tail of a long output.
             Issue.record("""
                 \(log.joined(separator: "\n"))
                 engine events: \(h.observer.events.suffix(30).map { "\($0.kind) \($0.path ?? "") \($0.detail ?? "")" })
                 seed \(seed): no convergence; caught up: \(try h.caughtUp()) (applied \(try h.appliedCursor() ?? "none"), \
-                server at \(h.remote.latestCursor.rawValue)); outbox \(try h.outbox().map { "\($0.op)#\($0.ino) \($0.lastError ?? "")" });
+                server at \(h.remote.latestCursor.rawValue)); outbox \(try h.outbox().map { "\($0.op)#\($0.ino) tries \($0.attempts) \($0.lastError ?? "")" });
+                connected: \(status.connected) \(status.lastError ?? ""); calls not yet answered: [\(h.remote.callsInFlight)]; \
+                the check's longest pause between looks: \(longestPause);
                 mount vs server:
                 \(diff(local, h.remote.tree()))
                 """)
