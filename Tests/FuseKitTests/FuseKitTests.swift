@@ -231,6 +231,9 @@ struct FuseKitTests {
             #expect(!cat.succeeded)
             #expect(await poll { m.mount.end != nil })
             #expect(m.mount.core.activeUses == 1, "the unanswered token keeps the session alive")
+            // The loop has ended: a notification is refused without reaching libfuse.
+            #expect(m.mount.notifier.invalidateEntry(parent: 1, name: Array("x".utf8)) == ENOTCONN)
+            #expect(m.mount.core.activeUses == 1, "the notification gave its use back")
 
             // The late answer is refused (the kernel is gone), quietly, and frees the session.
             let token = fs.heldOpen.withLock { $0.take() }
