@@ -56,6 +56,12 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         var lostAnswers: [Operation: [RemoteError]] = [:]
         var answerGates: [Operation: CallGate] = [:]
         var jitter: Duration?
+        /// Jitter pauses not over yet, by a serial number: what, how long, since when.
+        var pauses: [Int: (what: String, nanos: Int64, since: ContinuousClock.Instant)] = [:]
+        var nextPause = 0
+        /// Where each call counted and not yet answered is, by its task: what a stalled client
+        /// waits for.
+        var stages: [Int: String] = [:]
         var gates: [Operation: CallGate] = [:]
         var downloadHold: (after: Int64, gate: CallGate)?
         var corruptDownloads = false
@@ -134,11 +140,27 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         set { state.withLock { $0.jitter = newValue } }
     }
 
-    func jitterPause() async {
+    func jitterPause(_ what: String) async {
         guard let most = jitter else { return }
         let nanos = most.components.seconds * 1_000_000_000 + most.components.attoseconds / 1_000_000_000
         guard nanos > 0 else { return }
-        try? await Task.sleep(nanoseconds: UInt64(Int64.random(in: 0...nanos)))
+        let pause = Int64.random(in: 0...nanos)
+        let id = state.withLock { s in
+            s.nextPause += 1
+            s.pauses[s.nextPause] = (what, pause, ContinuousClock.now)
+            return s.nextPause
+        }
+        try? await Task.sleep(nanoseconds: UInt64(pause))
+        _ = state.withLock { $0.pauses.removeValue(forKey: id) }
+    }
+
+    /// Jitter pauses that have not ended though their time is up by more than a second.
+    public var overduePauses: String {
+        let now = ContinuousClock.now
+        return state.withLock { s in
+            s.pauses.values.filter { now - $0.since > .nanoseconds($0.nanos) + .seconds(1) }
+                .map { "\($0.what) (\($0.nanos) ns, \(now - $0.since) ago)" }.joined(separator: ", ")
+        }
     }
 
     /// Answers every later call again (undoes `loseAnswer` that was not used up).
@@ -375,7 +397,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
                     var cursor = try self.send(after: since, to: continuation)
                     continuation.yield(.ready(cursor))
                     for await _ in signals {
-                        await self.jitterPause()
+                        await self.jitterPause("push")
                         cursor = try self.send(after: cursor, to: continuation)
                     }
                     self.unregister(registered)
@@ -509,6 +531,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
 
     /// A create as the server does it: its inline content first, then the item.
     func create(_ request: CreateItemRequest) throws -> ItemMetadata {
+        stage("create started")
         if let content = request.content { try storeInline(content, declared: request.digest) }
         return try mutate { s in try s.create(request, now: Self.now()) }
     }
@@ -558,9 +581,11 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
 
     /// Counts the call, then: offline → unreachable; an injected failure → it; a gate → wait.
     func enter(_ operation: Operation) async throws {
-        await jitterPause()
+        await jitterPause("\(operation.rawValue) call")
+        let task = Self.currentTask
         let (failure, gate) = state.withLock { s -> (RemoteError?, CallGate?) in
             s.calls[operation, default: 0] += 1
+            if operation != .changeStream { s.stages[task] = "\(operation.rawValue) entered" }
             if !s.online { return (.unreachable("the in-memory server is offline"), nil) }
             if var queue = s.injected[operation], !queue.isEmpty {
                 let e = queue.removeFirst()
@@ -569,21 +594,42 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
             }
             return (nil, s.gates[operation])
         }
-        if let failure { throw failure }
+        if let failure {
+            stage("\(operation.rawValue) refused at the door")
+            throw failure
+        }
         if let gate {
+            stage("\(operation.rawValue) at its gate")
             await gate.pass()
             guard isOnline else { throw RemoteError.unreachable("the in-memory server went offline") }
         }
     }
 
     func answer(_ operation: Operation) {
-        state.withLock { $0.answered[operation, default: 0] += 1 }
+        let task = Self.currentTask
+        state.withLock { s in
+            s.answered[operation, default: 0] += 1
+            s.stages[task] = nil
+        }
     }
+
+    static var currentTask: Int { withUnsafeCurrentTask { $0?.hashValue ?? 0 } }
+
+    func stage(_ what: String) {
+        let task = Self.currentTask
+        state.withLock { $0.stages[task] = what }
+    }
+
+    /// Where the calls not yet answered are (see `callsInFlight`).
+    public var unansweredStages: String { state.withLock { $0.stages.values.sorted().joined(separator: ", ") } }
 
     /// Waits at the operation's answer gate, if any, then `deliver`.
     func delivered<T>(_ operation: Operation, _ result: T) async throws -> T {
+        stage("\(operation.rawValue) done, to be delivered")
         if let gate = state.withLock({ $0.answerGates[operation] }) { await gate.pass() }
-        await jitterPause()
+        stage("\(operation.rawValue) answer pausing")
+        await jitterPause("\(operation.rawValue) answer")
+        stage("\(operation.rawValue) answer paused")
         return try deliver(operation, result)
     }
 

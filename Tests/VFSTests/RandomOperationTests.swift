@@ -224,7 +224,8 @@ struct RandomOperationTests {
                 engine events: \(h.observer.events.suffix(30).map { "\($0.kind) \($0.path ?? "") \($0.detail ?? "")" })
                 seed \(seed): no convergence; caught up: \(try h.caughtUp()) (applied \(try h.appliedCursor() ?? "none"), \
                 server at \(h.remote.latestCursor.rawValue)); outbox \(try h.outbox().map { "\($0.op)#\($0.ino) tries \($0.attempts) \($0.lastError ?? "")" });
-                connected: \(status.connected) \(status.lastError ?? ""); calls not yet answered: [\(h.remote.callsInFlight)]; \
+                connected: \(status.connected) \(status.lastError ?? ""); calls not yet answered: [\(h.remote.callsInFlight)] at [\(h.remote.unansweredStages)]; \
+                overdue pauses of the link: [\(h.remote.overduePauses)]; \
                 the check's longest pause between looks: \(longestPause);
                 mount vs server:
                 \(diff(local, h.remote.tree()))
