@@ -230,6 +230,14 @@ struct RandomOperationTests {
                 mount vs server:
                 \(diff(local, h.remote.tree()))
                 """)
+            // Slow or stuck: a minute more tells them apart (the finding above stands either way).
+            let late = clock.now
+            let converged = (try? await eventually(timeout: .seconds(60), "a late convergence") {
+                try h.outbox().isEmpty && h.caughtUp()
+            }) != nil
+            Issue.record(converged
+                ? "seed \(seed): it did converge \(clock.now - late) after the deadline: slow, not stuck"
+                : "seed \(seed): still not converged a minute after the deadline: stuck; calls not yet answered: [\(h.remote.callsInFlight)] at [\(h.remote.unansweredStages)]")
             return
         }
         let local = try await h.localTree()
