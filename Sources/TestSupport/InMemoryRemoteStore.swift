@@ -231,7 +231,8 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
 
     /// Calls entered but not yet answered, per operation ("createItem 3/2" means three calls,
     /// two answered): what a stalled client is still waiting for. The push stream is left out
-    /// (it is never answered), as are calls refused at the door (offline, injected failures).
+    /// (it is never answered). Calls refused at the door (offline, an injected failure) are
+    /// never answered either, so they show here too; `unansweredStages` says so for each.
     public var callsInFlight: String {
         state.withLock { s in
             Operation.allCases.filter { $0 != .changeStream && (s.calls[$0] ?? 0) != (s.answered[$0] ?? 0) }
