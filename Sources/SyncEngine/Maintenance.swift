@@ -154,9 +154,15 @@ extension SyncEngine {
             } catch EngineError.cancelled {
                 continue
             }
+            // Which download runs is looked at before the row: a download writes its outcome to
+            // the row and only then leaves the table, so a row read after this look holds the
+            // outcome of any download the look did not find running. The other way round, a
+            // download that ended between the two reads left an old row, with the error of an
+            // earlier attempt: a read right after a reconnect failed with EIO (seen once, under
+            // a whole test run's load).
+            let running = downloads.activeDigest(item.ino)
             guard let after = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
             if after.content.isWhole { return }
-            let running = downloads.activeDigest(item.ino)
             if let running, running == after.serverDigest { return }
             if running == nil, let error = after.downloadError, after.serverDigest == now.serverDigest {
                 throw EngineError.offline(error)
