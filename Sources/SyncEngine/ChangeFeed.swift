@@ -211,7 +211,7 @@ extension SyncEngine {
             // server folder, and applies what is held (`keepServerFolder`). Or the feed brings
             // the other folder's own move out later (a catch-up lists each item once, at its
             // latest change): held changes are tried again after each later batch (`apply`).
-            if try parent.ino == local.ino || r.isWithin(parent.ino, local.ino) {
+            if try r.isWithin(parent.ino, local.ino) {
                 state.withLock { $0.heldForLoops = true }
                 return try hold()
             }

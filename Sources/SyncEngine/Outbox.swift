@@ -221,7 +221,7 @@ extension SyncEngine {
         // queueing another (sendContent checks again, race-free).
         if entry.op == .content && uploadableGeneration(entry.ino) == nil { return .heldForWriter }
         guard Self.nesting < Self.maxNesting else {
-            logger.error("requests wait on one another in a loop", metadata: ["item.ino": "\(entry.ino)", "op": "\(entry.op)"])
+            logger.error("\(Self.loopOfWaits)", metadata: ["item.ino": "\(entry.ino)", "op": "\(entry.op)"])
             observer.event(MountEvent(kind: "uploadError", path: try? store.read { try $0.path(of: entry.ino) }, detail: Self.loopOfWaits))
             return .later(Self.loopOfWaits, after: .seconds(1), offline: false)
         }
@@ -688,7 +688,7 @@ extension SyncEngine {
             // Never below itself here (a local move of a folder above it still queued): that
             // would put both out of the tree.
             if !localMove || takeServerFolder, let parentID = current.parentID, let parent = try w.reader.item(id: parentID),
-               parent.ino != ino, try !w.reader.isWithin(parent.ino, ino) {
+               try !w.reader.isWithin(parent.ino, ino) {
                 let name = localMove ? item.name : current.name
                 if try w.reader.child(of: parent.ino, named: name).map({ $0.ino == ino }) ?? true {
                     if let old = item.parent { out.append(.entry(parent: old, name: item.name)) }
