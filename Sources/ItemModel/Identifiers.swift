@@ -64,6 +64,14 @@ public struct ChangeCursor: Hashable, Sendable, Codable, CustomStringConvertible
     public static let start = ChangeCursor("0")
     public var description: String { rawValue }
 
+    /// The change-log position this cursor stands for. A server writes a cursor as the plain
+    /// decimal number of the last change it covers, and only that spelling is a cursor: "+1"
+    /// or "01" would be answered and then echoed back as a cursor nobody handed out.
+    public var position: Int64? {
+        guard let n = Int64(rawValue), n >= 0, String(n) == rawValue else { return nil }
+        return n
+    }
+
     public init(from decoder: any Decoder) throws {
         rawValue = try decoder.singleValueContainer().decode(String.self)
     }

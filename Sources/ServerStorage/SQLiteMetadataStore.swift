@@ -209,17 +209,17 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     }
 
     public func container(_ id: ContainerID, of account: AccountRef, create: Bool) async throws -> ContainerRef? {
-        let lookup = { @Sendable (db: Database) throws -> ContainerRef? in
-            try Row.fetchOne(
-                try db.cachedStatement(sql: "SELECT key, name, created FROM containers WHERE account_key = ? AND name = ?"),
-                arguments: [account.key, id.rawValue]
-            ).map { try Self.containerRef($0, account: account) }
-        }
-        if let found = try readNow(lookup) { return found }
-        guard create else { return nil }
+        if create { return try await ensureContainer(id, of: account).container }
+        return try readNow { db in try Self.lookUpContainer(id, of: account, db) }
+    }
+
+    public func ensureContainer(_ id: ContainerID, of account: AccountRef) async throws -> (container: ContainerRef, created: Bool) {
+        if let found = try readNow({ db in try Self.lookUpContainer(id, of: account, db) }) { return (found, false) }
         let created = now()
+        // Looked up again inside the write: of two requests that both missed it above, the
+        // second to get the writer finds the first one's container and must not say "created".
         return try await write { db in
-            if let found = try lookup(db) { return found }
+            if let found = try Self.lookUpContainer(id, of: account, db) { return (found, false) }
             guard try Int64.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM accounts WHERE key = ?"), arguments: [account.key]) != nil else {
                 throw StorageError.accountNotFound(account.name)
             }
@@ -230,8 +230,15 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 id: .root, parentID: nil, name: "", kind: .folder, revision: Revision("0"), size: 0, digest: nil,
                 mode: ItemMetadata.defaultMode(for: .folder), created: created, modified: created)
             try Self.commit(&root, kind: .upsert, in: ref, db: db, isNew: true)
-            return ref
+            return (ref, true)
         }
+    }
+
+    static func lookUpContainer(_ id: ContainerID, of account: AccountRef, _ db: Database) throws -> ContainerRef? {
+        try Row.fetchOne(
+            try db.cachedStatement(sql: "SELECT key, name, created FROM containers WHERE account_key = ? AND name = ?"),
+            arguments: [account.key, id.rawValue]
+        ).map { try containerRef($0, account: account) }
     }
 
     static func containerRef(_ row: Row, account: AccountRef) throws -> ContainerRef {
@@ -436,7 +443,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     // MARK: ChangeLog
 
     public func changes(in container: ContainerRef, since: ChangeCursor, limit: Int) async throws -> (changes: [ItemChange], cursor: ChangeCursor, hasMore: Bool) {
-        guard let after = Int64(since.rawValue), after >= 0 else { throw StorageError.invalidCursor(since.rawValue) }
+        guard let after = since.position else { throw StorageError.invalidCursor(since.rawValue) }
         let limit = max(1, limit)
         return try readNow { db in
             // A cursor this server never handed out (another server's, or from the future after

@@ -116,6 +116,9 @@ public protocol MetadataStore: Sendable {
     func containers(of account: AccountRef) async throws -> [ContainerRef]
     /// Looks a container up; with `create`, makes it (and its root folder) when missing.
     func container(_ id: ContainerID, of account: AccountRef, create: Bool) async throws -> ContainerRef?
+    /// Makes the container (and its root folder) when missing. `created` is true for exactly
+    /// one of any number of concurrent calls: the one that made it.
+    func ensureContainer(_ id: ContainerID, of account: AccountRef) async throws -> (container: ContainerRef, created: Bool)
     /// A live item; tombstones answer nil.
     func item(_ id: ItemID, in container: ContainerRef) async throws -> ItemMetadata?
     func children(of folder: ItemID, in container: ContainerRef) async throws -> [ItemMetadata]

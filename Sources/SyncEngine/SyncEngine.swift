@@ -289,7 +289,7 @@ public final class SyncEngine: Sendable {
         var why: String?
         if let recorded, recorded != created {
             why = "the server's container is not the one this cache holds (it was made anew: another server, or the account was removed and added again); nothing is sent or applied and local files are kept; mount with a new --cache folder to use it"
-        } else if let mine = mine.flatMap({ Int64($0.rawValue) }), let theirs = Int64(info.cursor.rawValue), theirs < mine {
+        } else if let mine = mine?.position, let theirs = info.cursor.position, theirs < mine {
             why = "the server's change log is behind this cache's (was it restored from a backup?); nothing is sent or applied and local files are kept; mount with a new --cache folder to start again from the server"
         }
         if recorded == nil { try store.write { w in try w.setMeta("container_created", created) } }

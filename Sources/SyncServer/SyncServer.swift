@@ -83,9 +83,8 @@ public struct SyncServer: Sendable {
         router.put("/v1/containers/:container") { _, context in
             let account = try context.requireAccount()
             let id = try containerID(context)
-            let existed = try await storage.metadata.container(id, of: account, create: false) != nil
-            let c = try await container(context, create: true)
-            return try json(try await info(c), status: existed ? .ok : .created)
+            let (c, created) = try await storage.metadata.ensureContainer(id, of: account)
+            return try json(try await info(c), status: created ? .created : .ok)
         }
         router.get("/v1/containers/:container") { _, context in
             try json(try await info(try await container(context)))
@@ -152,7 +151,10 @@ public struct SyncServer: Sendable {
         router.get("/v1/containers/:container/changes") { request, context in
             let c = try await container(context)
             let since = ChangeCursor(String(request.uri.queryParameters["since"] ?? "0"))
-            let limit = request.uri.queryParameters["limit"].flatMap { Int(String($0)) } ?? 1000
+            let limit = try request.uri.queryParameters["limit"].map { raw in
+                guard let n = Int(String(raw)) else { throw APIError(.invalidRequest, "limit must be a number of 1…10000, not '\(raw)'") }
+                return n
+            } ?? 1000
             guard (1...10_000).contains(limit) else { throw APIError(.invalidRequest, "limit must be 1…10000") }
             let page = try await storage.changes.changes(in: c, since: since, limit: limit)
             return try json(ChangePage(changes: page.changes, cursor: page.cursor, hasMore: page.hasMore))

@@ -704,7 +704,7 @@ extension InMemoryRemoteStore.State {
     }
 
     func page(after cursor: ChangeCursor, limit: Int) throws -> ChangePage {
-        guard let after = Int64(cursor.rawValue), after >= 0 else {
+        guard let after = cursor.position else {
             throw Self.refused(.invalidCursor, "'\(cursor.rawValue)' is not a cursor of this server")
         }
         let newer = log.values.compactMap { c -> (Int64, ItemChange)? in

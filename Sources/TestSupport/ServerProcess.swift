@@ -11,16 +11,21 @@ public final class ServerProcess: @unchecked Sendable {
     let extraArguments: [String]
     private(set) var process: Process
     public private(set) var port: Int
+    /// The write end of the server's standard input, never written: it is open for as long
+    /// as this test process lives, and the server (`--exit-with-stdin`) stops when it closes,
+    /// so a test run that crashes or is killed leaves no server behind.
+    private var lifeline: FileHandle
 
     public var baseURL: String { "http://127.0.0.1:\(port)" }
 
     public static func start(extraArguments: [String] = []) async throws -> ServerProcess {
         let work = try TempDirectory("ubiq-server")
-        let (process, port) = try await launch(data: work.path + "/data", log: work.path, port: 0, extra: extraArguments)
-        return ServerProcess(work: work, process: process, port: port, extra: extraArguments)
+        let (process, port, lifeline) = try await launch(data: work.path + "/data", log: work.path, port: 0, extra: extraArguments)
+        return ServerProcess(work: work, process: process, port: port, lifeline: lifeline, extra: extraArguments)
     }
 
-    init(work: TempDirectory, process: Process, port: Int, extra: [String]) {
+    init(work: TempDirectory, process: Process, port: Int, lifeline: FileHandle, extra: [String]) {
+        self.lifeline = lifeline
         self.workDirectory = work
         self.dataDirectory = work.path + "/data"
         self.process = process
@@ -28,7 +33,7 @@ public final class ServerProcess: @unchecked Sendable {
         self.extraArguments = extra
     }
 
-    static func launch(data: String, log: String, port listenPort: Int, extra: [String]) async throws -> (Process, Int) {
+    static func launch(data: String, log: String, port listenPort: Int, extra: [String]) async throws -> (Process, Int, FileHandle) {
         let stdoutPath = log + "/stdout-\(UUID().uuidString)"
         _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
         if !FileManager.default.fileExists(atPath: log + "/stderr") {
@@ -36,7 +41,9 @@ public final class ServerProcess: @unchecked Sendable {
         }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Binaries.path("ubiq-server"))
-        process.arguments = ["--data", data, "--listen", "127.0.0.1:\(listenPort)", "--log-level", "warning"] + extra
+        process.arguments = ["--data", data, "--listen", "127.0.0.1:\(listenPort)", "--log-level", "warning", "--exit-with-stdin"] + extra
+        let lifeline = Pipe()
+        process.standardInput = lifeline
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: stdoutPath))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: log + "/stderr"))
         try process.run()
@@ -52,7 +59,9 @@ public final class ServerProcess: @unchecked Sendable {
             port = p
             return true
         }
-        return (process, port!)
+        // The child holds its own copy of the read end; this one would only keep the pipe open.
+        try? lifeline.fileHandleForReading.close()
+        return (process, port!, lifeline.fileHandleForWriting)
     }
 
     /// Creates an account through the real CLI (`ubiq-server account add --password-stdin`).
@@ -80,9 +89,10 @@ public final class ServerProcess: @unchecked Sendable {
     /// that mounts pointing at it reconnect), else on a new one.
     public func restart(samePort: Bool = false) async throws {
         if process.isRunning { kill9() }
-        let (p, port) = try await Self.launch(data: dataDirectory, log: workDirectory.path, port: samePort ? port : 0, extra: extraArguments)
+        let (p, port, lifeline) = try await Self.launch(data: dataDirectory, log: workDirectory.path, port: samePort ? port : 0, extra: extraArguments)
         self.process = p
         self.port = port
+        self.lifeline = lifeline
     }
 
     /// SIGTERM, a bounded wait, then SIGKILL; removes the data folder.
@@ -96,6 +106,13 @@ public final class ServerProcess: @unchecked Sendable {
     }
 
     public var isRunning: Bool { process.isRunning }
+    public var terminationStatus: Int32 { process.terminationStatus }
+
+    /// Closes this process's end of the server's standard input, as the kernel does when a
+    /// test process dies.
+    public func dropLifeline() {
+        try? lifeline.close()
+    }
 }
 
 /// Runs `body` with a started server and always stops it.

@@ -145,6 +145,18 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             try expect(try await f.m.item(.root, in: other)?.kind == .folder, "a new container has a root folder")
             try expect(try await f.m.container(.default, of: f.alice, create: true) == f.container, "create is idempotent")
         },
+        StorageConformance("concurrent creates of one container: exactly one made it") { f in
+            let m = f.m, alice = f.alice
+            for round in 0..<4 {
+                let id = try ContainerID("race-\(round)")
+                let made = try await withThrowingTaskGroup(of: (ContainerRef, Bool).self) { group in
+                    for _ in 0..<8 { group.addTask { try await m.ensureContainer(id, of: alice) } }
+                    return try await group.reduce(into: [(ContainerRef, Bool)]()) { $0.append($1) }
+                }
+                try expect(made.filter(\.1).count == 1, "round \(round): \(made.filter(\.1).count) calls say they created it")
+                try expect(Set(made.map(\.0.key)).count == 1, "round \(round): every call got the same container")
+            }
+        },
         StorageConformance("create files and folders") { f in
             let docs = try await f.folder("Documents")
             let a = try await f.file("a.txt", in: docs.id, "hello")

@@ -45,7 +45,17 @@ public struct TestHTTP: Sendable {
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
         let response = try await HTTPClient.shared.execute(request, timeout: .init(timeout))
-        let collected = try await response.body.collect(upTo: 1 << 30)
+        // execute's deadline covers the answer's head only. A body that never ends (a push
+        // stream the server should have refused) must fail the test, not hang the run.
+        let collected = try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
+            group.addTask { try await response.body.collect(upTo: 1 << 30) }
+            group.addTask { try await Task.sleep(for: timeout); return nil }
+            defer { group.cancelAll() }
+            guard case let body?? = try await group.next() else {
+                throw TestSupportError("\(method) \(path): the answer's body did not end within \(timeout)")
+            }
+            return body
+        }
         return TestResponse(status: Int(response.status.code), headers: response.headers, body: Data(collected.readableBytesView))
     }
 

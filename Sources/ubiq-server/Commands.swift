@@ -91,6 +91,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .long, help: "Seconds a checked token is remembered without a database read; a removed account's tokens work that long. 0: check every request.")
     var authCacheSeconds: Int = 10
 
+    @Flag(name: .long, help: "Stop, as on SIGTERM, when standard input reaches its end: a parent that holds the other end of a pipe takes the server with it however it exits.")
+    var exitWithStdin = false
+
     func validate() throws {
         _ = try ListenAddress(listen)
         guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
@@ -116,11 +119,29 @@ struct Serve: AsyncParsableCommand {
         // writes are committed before their answer, so cutting the rest loses none.
         configuration.maximumGracefulShutdownDuration = .seconds(10)
         let group = ServiceGroup(configuration: configuration)
+        if exitWithStdin { StandardInputWatch.start() }
         do {
             try await group.run()
         } catch {
             throw Failure("cannot serve on \(listen): \(error)")
         }
+    }
+}
+
+/// Raises SIGTERM once standard input ends. The read blocks, so it runs on a thread of its own,
+/// never on the cooperative pool; the signal takes the server's usual graceful way out.
+enum StandardInputWatch {
+    static func start() {
+        let thread = Thread {
+            var byte: UInt8 = 0
+            while true {
+                let n = read(STDIN_FILENO, &byte, 1)
+                if n == 0 || (n < 0 && errno != EINTR) { break }
+            }
+            kill(getpid(), SIGTERM)
+        }
+        thread.name = "stdin-watch"
+        thread.start()
     }
 }
 

@@ -48,6 +48,21 @@ import Testing
         }
     }
 
+    @Test func concurrentCreatesOfOneContainerAnswer201Once() async throws {
+        try await withLive { live in
+            let alice = live.alice
+            for round in 0..<4 {
+                let c = try ContainerID("race-\(round)")
+                let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                    for _ in 0..<6 { group.addTask { try await alice.send(.PUT, APIPath.container(c)).status } }
+                    return try await group.reduce(into: [Int]()) { $0.append($1) }
+                }
+                #expect(statuses.filter { $0 == 201 }.count == 1, "round \(round): \(statuses)")
+                #expect(statuses.filter { $0 == 200 }.count == 5, "round \(round): \(statuses)")
+            }
+        }
+    }
+
     @Test func anAccountNeverSeesAnotherAccountsContainersOrItems() async throws {
         try await withLive { live in
             let file = try await live.alice.createFile(live.c, name: "secret.txt", content: Data("alice only"))

@@ -33,6 +33,20 @@ import Testing
         }
     }
 
+    /// A test run that crashes or is killed must not leave servers behind: each test server
+    /// runs with `--exit-with-stdin` and its standard input is a pipe only the test holds.
+    @Test func theServerStopsWhenItsParentLetsGoOfItsStandardInput() async throws {
+        try await withServer { server in
+            try await server.addAccount("alice", password: "pw")
+            let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "pw")
+            #expect(try await http.send(.PUT, APIPath.container(.default)).status == 201)
+            #expect(server.isRunning)
+            server.dropLifeline()
+            try await eventually("the server to exit once its standard input ended") { !server.isRunning }
+            #expect(server.terminationStatus == 0, "a graceful stop, as on SIGTERM")
+        }
+    }
+
     @Test func tokensSurviveARestart() async throws {
         try await withServer { server in
             try await server.addAccount("alice", password: "pw")

@@ -95,6 +95,13 @@ import Testing
                 ("unknown route", try await a.send(.GET, "/v1/nothing/here"), 404, .routeNotFound),
                 ("bad cursor", try await a.send(.GET, APIPath.changes(c) + "?since=banana"), 400, .invalidCursor),
                 ("cursor from the future", try await a.send(.GET, APIPath.changes(c) + "?since=999999999"), 400, .invalidCursor),
+                // Numbers a server never writes as a cursor; answered, they would be echoed back as one.
+                ("cursor with a sign", try await a.send(.GET, APIPath.changes(c) + "?since=%2B1"), 400, .invalidCursor),
+                ("cursor with a leading zero", try await a.send(.GET, APIPath.changes(c) + "?since=01"), 400, .invalidCursor),
+                ("empty cursor", try await a.send(.GET, APIPath.changes(c) + "?since="), 400, .invalidCursor),
+                ("stream from a cursor with a sign", try await a.send(.GET, APIPath.changeStream(c) + "?since=%2B1"), 400, .invalidCursor),
+                ("limit not a number", try await a.send(.GET, APIPath.changes(c) + "?since=0&limit=many"), 400, .invalidRequest),
+                ("limit zero", try await a.send(.GET, APIPath.changes(c) + "?since=0&limit=0"), 400, .invalidRequest),
                 ("move into itself", try await a.json(.PATCH, APIPath.item(c, f.id), UpdateItemRequest(baseRevision: f.revision, parentID: f.id)), 400, .invalidMove),
                 ("move below itself", try await a.json(.PATCH, APIPath.item(c, f.id), UpdateItemRequest(baseRevision: f.revision, parentID: sub.id)), 400, .invalidMove),
                 ("rename root", try await a.json(.PATCH, APIPath.item(c, .root), UpdateItemRequest(baseRevision: Revision("1"), name: "r")), 400, .rootIsImmutable),
