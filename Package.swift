@@ -104,7 +104,7 @@ let package = Package(
         .target(name: "PageCache"),
         .target(name: "FuseKit", dependencies: ["CFuse3"]),
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
-        .target(name: "ItemModel"),
+        .target(name: "ItemModel", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         .target(
             name: "TestSupport",
             dependencies: [
@@ -124,7 +124,7 @@ let package = Package(
             name: "MountTests",
             dependencies: ["TestSupport", "SyncAPI", "ItemModel"]
         ),
-        .testTarget(name: "ItemModelTests", dependencies: ["ItemModel", "SyncAPI"]),
+        .testTarget(name: "ItemModelTests", dependencies: ["ItemModel", "SyncAPI", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "PageCacheTests", dependencies: ["PageCache"]),
         .testTarget(name: "ServerStorageTests", dependencies: ["ServerStorage", "TestSupport", "ItemModel"]),
         .testTarget(

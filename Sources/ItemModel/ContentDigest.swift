@@ -1,3 +1,5 @@
+import Crypto
+
 /// The SHA-256 of a file's content, as 64 lowercase hex digits. Content is stored once per digest.
 public struct ContentDigest: Hashable, Sendable, Codable, CustomStringConvertible {
     public struct Invalid: Error, Equatable, Sendable, CustomStringConvertible {
@@ -14,8 +16,13 @@ public struct ContentDigest: Hashable, Sendable, Codable, CustomStringConvertibl
         self.hex = hex
     }
 
-    /// From the 32 raw bytes of a SHA-256.
-    public init(bytes: some Sequence<UInt8>) {
+    /// From a finished SHA-256: taking the hash's own type, not any bytes, is what keeps a
+    /// digest 64 hex digits long.
+    public init(_ digest: SHA256.Digest) {
+        self.init(uncheckedBytes: digest)
+    }
+
+    private init(uncheckedBytes bytes: some Sequence<UInt8>) {
         var s = ""
         s.reserveCapacity(64)
         for b in bytes {

@@ -126,7 +126,7 @@ final class FileBlobWriter: BlobWriter {
     }
 
     func commit(expecting expected: ContentDigest?) throws -> (digest: ContentDigest, size: Int64) {
-        let digest = ContentDigest(bytes: hasher.finalize())
+        let digest = ContentDigest(hasher.finalize())
         if let expected, expected != digest {
             abort()
             throw BlobStoreError.digestMismatch(declared: expected, actual: digest)
@@ -204,7 +204,7 @@ final class FileBlobReader: BlobReader, @unchecked Sendable {
 
 extension ContentDigest {
     /// The SHA-256 of `bytes`, as the content store computes it for what it stores.
-    public static func of(_ bytes: Data) -> ContentDigest { ContentDigest(bytes: SHA256.hash(data: bytes)) }
+    public static func of(_ bytes: Data) -> ContentDigest { ContentDigest(SHA256.hash(data: bytes)) }
 }
 
 /// A content held in memory (one kept inline by the metadata store).

@@ -147,7 +147,7 @@ public struct ContentCache: Sendable {
             if dropBehind { DropBehind.afterRead(fd: fd, range: total..<(total + Int64(n))) }
             total += Int64(n)
         }
-        return (ContentDigest(bytes: hasher.finalize()), total)
+        return (ContentDigest(hasher.finalize()), total)
     }
 
     /// The whole content when it is at most `limit` bytes, read in one go; nil when larger.

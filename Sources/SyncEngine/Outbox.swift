@@ -341,7 +341,7 @@ extension SyncEngine {
         let size: Int64
         var inline: Data?
         if let bytes = try cache.readWhole(item.ino, limit: SyncProtocol.maxInlineContent) {
-            digest = ContentDigest(bytes: SHA256.hash(data: bytes))
+            digest = ContentDigest(SHA256.hash(data: bytes))
             size = Int64(bytes.count)
             inline = Data(bytes)
         } else {

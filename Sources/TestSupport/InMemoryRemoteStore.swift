@@ -488,7 +488,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
             throw RemoteError.refused(code: .payloadTooLarge, message: "inline content is too large", current: nil)
         }
         let bytes = [UInt8](content)
-        let actual = ContentDigest(bytes: SHA256.hash(data: bytes))
+        let actual = ContentDigest(SHA256.hash(data: bytes))
         guard let declared, actual == declared else {
             throw RemoteError.refused(code: .digestMismatch, message: "the inline content hashes to \(actual); nothing was stored", current: nil)
         }
@@ -516,7 +516,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         defer { try? handle.close() }
         let data = (try? handle.read(upToCount: Int(size))) ?? Data()
         let bytes = [UInt8](data)
-        let actual = ContentDigest(bytes: SHA256.hash(data: bytes))
+        let actual = ContentDigest(SHA256.hash(data: bytes))
         guard actual == digest else {
             throw RemoteError.refused(
                 code: .digestMismatch, message: "declared digest \(digest) but the body hashes to \(actual); nothing was stored", current: nil)
@@ -676,7 +676,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
 
     /// The SHA-256 of `bytes`, as the server files content under it (test targets need not import Crypto).
     public static func digest(of bytes: [UInt8]) -> ContentDigest {
-        ContentDigest(bytes: SHA256.hash(data: bytes))
+        ContentDigest(SHA256.hash(data: bytes))
     }
 
     static func now() -> Timestamp { WallClock.now() }
@@ -698,7 +698,7 @@ extension InMemoryRemoteStore.State {
     }
 
     mutating func store(_ content: [UInt8]) -> ContentDigest {
-        let digest = ContentDigest(bytes: SHA256.hash(data: content))
+        let digest = ContentDigest(SHA256.hash(data: content))
         blobs[digest] = content
         return digest
     }

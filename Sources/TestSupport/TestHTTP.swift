@@ -6,7 +6,7 @@ import NIOCore
 import NIOHTTP1
 import SyncAPI
 
-public func sha256(_ data: Data) -> ContentDigest { ContentDigest(bytes: SHA256.hash(data: data)) }
+public func sha256(_ data: Data) -> ContentDigest { ContentDigest(SHA256.hash(data: data)) }
 
 public struct TestResponse: Sendable {
     public let status: Int
