@@ -85,12 +85,17 @@ extension SyncEngine {
     /// that are gone. They were invisible to the cache size and its limit. Call it before the
     /// mount serves: nothing may be open or downloading.
     public func dropLeftoverContent() {
-        for ino in cache.cachedInodes() {
-            let item: LocalItem?
-            do { item = try store.read { try $0.item(ino) } } catch { continue }  // unsure: keep it
-            let unused = item.map { $0.kind == .file && $0.content == .placeholder } ?? true
-            if unused, !isOpen(ino), downloads.progress(ino) == nil { cache.remove(ino) }
+        let inos = cache.cachedInodes()
+        // One read for them all: a mount that keeps tens of thousands of files starts this way.
+        let unused: [Int64]
+        do {
+            unused = try store.read { r in
+                try inos.filter { ino in try r.item(ino).map { $0.kind == .file && $0.content == .placeholder } ?? true }
+            }
+        } catch {
+            return  // unsure: keep them all
         }
+        for ino in unused where !isOpen(ino) && downloads.progress(ino) == nil { cache.remove(ino) }
     }
 
     /// How many downloads the background (pinned files, folders asked for) keeps running at once.
