@@ -43,6 +43,10 @@ public final class ServerProcess: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: Binaries.path("ubiq-server"))
         process.arguments = ["--data", data, "--listen", "127.0.0.1:\(listenPort)", "--log-level", "warning", "--exit-with-stdin"] + extra
         let lifeline = Pipe()
+        // Close-on-exec, so that no other child (another server, a mount) keeps this server's
+        // lifeline open; the server's own copy is its standard input, which exec keeps.
+        _ = fcntl(lifeline.fileHandleForReading.fileDescriptor, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(lifeline.fileHandleForWriting.fileDescriptor, F_SETFD, FD_CLOEXEC)
         process.standardInput = lifeline
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: stdoutPath))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: log + "/stderr"))
@@ -59,8 +63,6 @@ public final class ServerProcess: @unchecked Sendable {
             port = p
             return true
         }
-        // The child holds its own copy of the read end; this one would only keep the pipe open.
-        try? lifeline.fileHandleForReading.close()
         return (process, port!, lifeline.fileHandleForWriting)
     }
 

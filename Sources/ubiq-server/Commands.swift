@@ -107,10 +107,14 @@ struct Serve: AsyncParsableCommand {
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         let storage = try data.openStorage()
         let server = SyncServer(storage: storage, configuration: .init(maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds)))
+        let watchStdin = exitWithStdin
         let app = server.makeApplication(host: address.host, port: address.port, logger: logger) { port in
             // Tests and scripts wait for this line (and read the port from it when listening on 0).
             print("ubiq-server listening on \(address.host):\(port)")
             fflush(nil)
+            // Only now: the group traps SIGTERM before it starts its services, so the signal
+            // this raises is always the graceful way out, even when the input has ended already.
+            if watchStdin { StandardInputWatch.start() }
         }
         var configuration = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         // A graceful shutdown waits for the requests in flight, but not for a client that
@@ -119,7 +123,6 @@ struct Serve: AsyncParsableCommand {
         // writes are committed before their answer, so cutting the rest loses none.
         configuration.maximumGracefulShutdownDuration = .seconds(10)
         let group = ServiceGroup(configuration: configuration)
-        if exitWithStdin { StandardInputWatch.start() }
         do {
             try await group.run()
         } catch {

@@ -67,7 +67,9 @@ func sh(_ command: String, seconds: Int = 30) async throws -> ToolResult {
 }
 
 /// Polls `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
-func poll(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async rethrows -> Bool {
+/// The deadline is a guard against a hang, not a measure: the whole suite shares two cores, and
+/// at its start the open of a `cat`, at once when alone, once took over 10 s to arrive.
+func poll(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async rethrows -> Bool {
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
         if try await condition() { return true }

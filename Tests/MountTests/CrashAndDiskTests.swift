@@ -10,21 +10,21 @@ import Testing
             let (a, b) = (devices[0], devices[1])
             // Keep the uploads queued: the server is down while A writes and closes.
             server.kill9()
-            try await a.must(#"mkdir "$M/work" && for i in 1 2 3; do head -c 50000 /dev/urandom > "$M/work/f$i"; done && sha256sum "$M"/work/f* | cut -c1-64 > /tmp/ubiq-kill9-\#(a.name).sums"#)
+            try await a.must(#"mkdir "$M/work" && for i in 1 2 3; do head -c 50000 /dev/urandom > "$M/work/f$i"; done && sha256sum "$M"/work/f* | cut -c1-64 > "$M/../kill9.sums""#)
             #expect(try await a.status().pendingUploads >= 4)
             try await a.killDaemon()
             let dead = try await a.sh(#"ls "$M""#)
             #expect(dead.status != 0 && dead.stderr.contains("not connected"), "\(dead.stderr)")
             try await server.restart(samePort: true)
             try await a.mountAgain()
-            let sums = try String(contentsOfFile: "/tmp/ubiq-kill9-\(a.name).sums", encoding: .utf8)
+            // Beside the mountpoint, in the device's own test folder (removed with it).
+            let sums = try String(contentsOfFile: a.mountpoint + "/../kill9.sums", encoding: .utf8)
             #expect(try await a.must(#"sha256sum "$M"/work/f* | cut -c1-64"#) == sums)
             try await a.waitUntilUploaded(timeout: .seconds(30))
             try await eventually(timeout: .seconds(20), "B to get the files written before the crash") {
                 (try await b.sh(#"cat "$M"/work/f1 "$M"/work/f2 "$M"/work/f3 | wc -c"#)).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "150000"
             }
             #expect(try await b.must(#"sha256sum "$M"/work/f* | cut -c1-64"#) == sums)
-            unlink("/tmp/ubiq-kill9-\(a.name).sums")
         }
     }
 
