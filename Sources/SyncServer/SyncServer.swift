@@ -151,11 +151,10 @@ public struct SyncServer: Sendable {
         router.get("/v1/containers/:container/changes") { request, context in
             let c = try await container(context)
             let since = ChangeCursor(String(request.uri.queryParameters["since"] ?? "0"))
-            let limit = try request.uri.queryParameters["limit"].map { raw in
-                guard let n = Int(String(raw)) else { throw APIError(.invalidRequest, "limit must be a number of 1…10000, not '\(raw)'") }
-                return n
-            } ?? 1000
-            guard (1...10_000).contains(limit) else { throw APIError(.invalidRequest, "limit must be 1…10000") }
+            let rawLimit = request.uri.queryParameters["limit"].map(String.init) ?? "1000"
+            guard let limit = Int(rawLimit), (1...10_000).contains(limit) else {
+                throw APIError(.invalidRequest, "limit must be a number of 1…10000, not '\(rawLimit)'")
+            }
             let page = try await storage.changes.changes(in: c, since: since, limit: limit)
             return try json(ChangePage(changes: page.changes, cursor: page.cursor, hasMore: page.hasMore))
         }
