@@ -28,7 +28,6 @@ let package = Package(
             dependencies: [
                 "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -50,7 +49,6 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         .target(
@@ -110,7 +108,6 @@ let package = Package(
             dependencies: [
                 "ServerStorage", "SyncAPI", "ItemModel", "SyncEngine",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
@@ -124,7 +121,7 @@ let package = Package(
             name: "MountTests",
             dependencies: ["TestSupport", "SyncAPI", "ItemModel"]
         ),
-        .testTarget(name: "ItemModelTests", dependencies: ["ItemModel", "SyncAPI", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "ItemModelTests", dependencies: ["ItemModel", "SyncAPI"]),
         .testTarget(name: "PageCacheTests", dependencies: ["PageCache"]),
         .testTarget(name: "ServerStorageTests", dependencies: ["ServerStorage", "TestSupport", "ItemModel"]),
         .testTarget(

@@ -1,4 +1,5 @@
 import Crypto
+import Foundation
 
 /// The SHA-256 of a file's content, as 64 lowercase hex digits. Content is stored once per digest.
 public struct ContentDigest: Hashable, Sendable, Codable, CustomStringConvertible {
@@ -15,6 +16,9 @@ public struct ContentDigest: Hashable, Sendable, Codable, CustomStringConvertibl
         else { throw Invalid(value: hex) }
         self.hex = hex
     }
+
+    /// The SHA-256 of `bytes`: how content gets its digest, on the server and in the mount.
+    public static func of(_ bytes: some DataProtocol) -> ContentDigest { ContentDigest(SHA256.hash(data: bytes)) }
 
     /// From a finished SHA-256: taking the hash's own type, not any bytes, is what keeps a
     /// digest 64 hex digits long.

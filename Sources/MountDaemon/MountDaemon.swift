@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import FuseKit
 import ItemModel
@@ -45,7 +44,7 @@ public struct MountConfiguration: Sendable {
     /// The account's own corner of the cache: another account's data is never shown, because
     /// it lives in another folder (SPEC, "Identity").
     public var accountDirectory: String {
-        let key = ContentDigest(SHA256.hash(data: Array("\(serverURL)|\(account)|\(container.rawValue)".utf8))).hex.prefix(16)
+        let key = ContentDigest.of(Array("\(serverURL)|\(account)|\(container.rawValue)".utf8)).hex.prefix(16)
         return "\(cacheDirectory)/accounts/\(key)"
     }
 
@@ -53,7 +52,7 @@ public struct MountConfiguration: Sendable {
 
     /// The same for one account on every device and different for another account.
     public var identityToken: String {
-        ContentDigest(SHA256.hash(data: Array("ubiq identity v1|\(serverURL)|\(account)".utf8))).hex
+        ContentDigest.of(Array("ubiq identity v1|\(serverURL)|\(account)".utf8)).hex
     }
 }
 
@@ -216,7 +215,7 @@ public enum MountRegistry {
     }
 
     static func file(_ mountpoint: String) -> String {
-        directory + "/" + ContentDigest(SHA256.hash(data: Array(mountpoint.utf8))).hex.prefix(24)
+        directory + "/" + ContentDigest.of(Array(mountpoint.utf8)).hex.prefix(24)
     }
 
     static func register(mountpoint: String, cacheDirectory: String) {

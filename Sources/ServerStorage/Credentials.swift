@@ -50,6 +50,6 @@ public enum Credentials {
     }
 
     public static func hashToken(_ token: String) -> String {
-        ContentDigest(SHA256.hash(data: Array(token.utf8))).hex
+        ContentDigest.of(Array(token.utf8)).hex
     }
 }

@@ -202,11 +202,6 @@ final class FileBlobReader: BlobReader, @unchecked Sendable {
     deinit { close() }
 }
 
-extension ContentDigest {
-    /// The SHA-256 of `bytes`, as the content store computes it for what it stores.
-    public static func of(_ bytes: Data) -> ContentDigest { ContentDigest(SHA256.hash(data: bytes)) }
-}
-
 /// A content held in memory (one kept inline by the metadata store).
 public final class DataBlobReader: BlobReader, Sendable {
     let data: Data

@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import ItemModel
 import LocalState
@@ -341,7 +340,7 @@ extension SyncEngine {
         let size: Int64
         var inline: Data?
         if let bytes = try cache.readWhole(item.ino, limit: SyncProtocol.maxInlineContent) {
-            digest = ContentDigest(SHA256.hash(data: bytes))
+            digest = ContentDigest.of(bytes)
             size = Int64(bytes.count)
             inline = Data(bytes)
         } else {

@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import ItemModel
 import LocalState
@@ -121,7 +120,7 @@ extension SyncEngine {
                     continue
                 }
                 contentBytes += bytes.count
-                let digest = ContentDigest(SHA256.hash(data: bytes))
+                let digest = ContentDigest.of(bytes)
                 prepared.append(PreparedCreate(
                     entry: entry, item: item, generation: generation, digest: digest,
                     request: Self.createRequest(item, parentID: parentID, digest: digest, size: Int64(bytes.count), content: Data(bytes))))

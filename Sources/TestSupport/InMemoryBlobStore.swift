@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import ItemModel
 import ServerStorage
@@ -34,7 +33,7 @@ public final class InMemoryBlobStore: BlobStore, Sendable {
         func write(_ buffer: UnsafeRawBufferPointer) throws { bytes.append(contentsOf: buffer) }
 
         func commit(expecting expected: ContentDigest?) throws -> (digest: ContentDigest, size: Int64) {
-            let digest = ContentDigest(SHA256.hash(data: bytes))
+            let digest = ContentDigest.of(bytes)
             if let expected, expected != digest { throw BlobStoreError.digestMismatch(declared: expected, actual: digest) }
             store.blobs.withLock { $0[digest] = bytes }
             return (digest, Int64(bytes.count))

@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import ItemModel
 import SyncAPI
@@ -488,7 +487,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
             throw RemoteError.refused(code: .payloadTooLarge, message: "inline content is too large", current: nil)
         }
         let bytes = [UInt8](content)
-        let actual = ContentDigest(SHA256.hash(data: bytes))
+        let actual = ContentDigest.of(bytes)
         guard let declared, actual == declared else {
             throw RemoteError.refused(code: .digestMismatch, message: "the inline content hashes to \(actual); nothing was stored", current: nil)
         }
@@ -516,7 +515,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         defer { try? handle.close() }
         let data = (try? handle.read(upToCount: Int(size))) ?? Data()
         let bytes = [UInt8](data)
-        let actual = ContentDigest(SHA256.hash(data: bytes))
+        let actual = ContentDigest.of(bytes)
         guard actual == digest else {
             throw RemoteError.refused(
                 code: .digestMismatch, message: "declared digest \(digest) but the body hashes to \(actual); nothing was stored", current: nil)
@@ -674,11 +673,6 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         }
     }
 
-    /// The SHA-256 of `bytes`, as the server files content under it (test targets need not import Crypto).
-    public static func digest(of bytes: [UInt8]) -> ContentDigest {
-        ContentDigest(SHA256.hash(data: bytes))
-    }
-
     static func now() -> Timestamp { WallClock.now() }
 }
 
@@ -698,7 +692,7 @@ extension InMemoryRemoteStore.State {
     }
 
     mutating func store(_ content: [UInt8]) -> ContentDigest {
-        let digest = ContentDigest(SHA256.hash(data: content))
+        let digest = ContentDigest.of(content)
         blobs[digest] = content
         return digest
     }

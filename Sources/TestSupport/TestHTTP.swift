@@ -1,12 +1,11 @@
 import AsyncHTTPClient
-import Crypto
 import Foundation
 import ItemModel
 import NIOCore
 import NIOHTTP1
 import SyncAPI
 
-public func sha256(_ data: Data) -> ContentDigest { ContentDigest(SHA256.hash(data: data)) }
+public func sha256(_ data: Data) -> ContentDigest { ContentDigest.of(data) }
 
 public struct TestResponse: Sendable {
     public let status: Int

@@ -1,5 +1,4 @@
 import ArgumentParser
-import Crypto
 import Foundation
 import FuseKit
 import ItemModel
@@ -32,7 +31,7 @@ struct Mount: AsyncParsableCommand {
         let target = Paths.absolute(mountpoint)
         try checkMountpoint(target)
         let login = try await resolveLogin()
-        let cacheDir = cache.map(Paths.absolute) ?? (Paths.cache + "/mounts/" + ContentDigest(SHA256.hash(data: Array(target.utf8))).hex.prefix(16))
+        let cacheDir = cache.map(Paths.absolute) ?? (Paths.cache + "/mounts/" + ContentDigest.of(Array(target.utf8)).hex.prefix(16))
         var config = MountConfiguration(
             mountpoint: target, serverURL: login.server, token: login.token, account: login.user,
             container: try ContainerID(container), cacheDirectory: cacheDir,

@@ -1,4 +1,3 @@
-import Crypto
 import ItemModel
 import Testing
 
@@ -64,7 +63,7 @@ import Testing
     @Test func digests() throws {
         #expect(throws: ContentDigest.Invalid.self) { try ContentDigest(hex: "abc") }
         #expect(throws: ContentDigest.Invalid.self) { try ContentDigest(hex: String(repeating: "A", count: 64)) }
-        #expect(ContentDigest(SHA256.hash(data: Array("abc".utf8))).hex == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        #expect(ContentDigest(SHA256.hash(data: [UInt8]())) == .empty)
+        #expect(ContentDigest.of(Array("abc".utf8)).hex == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(ContentDigest.of([UInt8]()) == .empty)
     }
 }

@@ -24,7 +24,7 @@ let rootIno = LocalItem.rootIno
 /// The name bytes the kernel would pass.
 func n(_ name: String) -> [UInt8] { Array(name.utf8) }
 
-func sha(_ bytes: [UInt8]) -> ContentDigest { InMemoryRemoteStore.digest(of: bytes) }
+func sha(_ bytes: [UInt8]) -> ContentDigest { ContentDigest.of(bytes) }
 
 /// Deterministic bytes of a given length, different per `seed`.
 func pattern(_ count: Int, seed: UInt8 = 1) -> [UInt8] {
