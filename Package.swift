@@ -34,7 +34,7 @@ let package = Package(
         .executableTarget(
             name: "ubiq-server",
             dependencies: [
-                "SyncServer", "ServerStorage", "ItemModel",
+                "SyncServer", "ServerStorage", "SyncAPI", "ItemModel",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -99,6 +99,14 @@ public enum MountDaemon {
         if try store.read({ r in try meta.contains { try r.meta($0.key) != $0.value } }) {
             try store.write { w in for (key, value) in meta { try w.setMeta(key, value) } }
         }
+        // The root folder is the mounting user's, as every item from the server is: a cache
+        // made its row with uid 0, and an ordinary user could then write nothing into their
+        // own mount. Written only when it differs, for the same reason as the meta above.
+        if var root = try store.read({ try $0.item(LocalItem.rootIno) }), root.uid != getuid() || root.gid != getgid() {
+            root.uid = getuid()
+            root.gid = getgid()
+            try store.write { try $0.update(root) }
+        }
         let client = SyncHTTPClient(baseURL: configuration.serverURL, token: configuration.token, container: configuration.container,
                                     freshToken: configuration.freshToken)
         let events = EventFanOut()
@@ -232,6 +240,19 @@ public enum MountRegistry {
 
     static func entry(_ mountpoint: String) -> (cacheDirectory: String, daemon: pid_t?)? {
         guard let text = try? String(contentsOfFile: file(mountpoint), encoding: .utf8) else { return nil }
+        return parse(text)
+    }
+
+    /// Every registered mount of this user (entries of daemons that died included).
+    public static func entries() -> [(cacheDirectory: String, daemon: pid_t?)] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.compactMap { name in
+            guard let text = try? String(contentsOfFile: directory + "/" + name, encoding: .utf8) else { return nil }
+            return parse(text)
+        }
+    }
+
+    static func parse(_ text: String) -> (cacheDirectory: String, daemon: pid_t?) {
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
         return (String(lines[0]), lines.count > 1 ? pid_t(lines[1]) : nil)
     }

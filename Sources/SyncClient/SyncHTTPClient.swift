@@ -12,7 +12,10 @@ import Synchronization
 /// Errors are `RemoteError`: `.unreachable` when the server cannot be reached (the engine then
 /// counts itself offline and retries), `.refused` with the protocol's code otherwise.
 public final class SyncHTTPClient: Sendable {
+    /// As the user wrote it (see `ServerURL`).
     public let baseURL: String
+    /// What request paths are appended to.
+    let requestBase: String
     public let container: ContainerID
     let tokenBox: Mutex<String>
     var token: String { tokenBox.withLock { $0 } }
@@ -48,6 +51,7 @@ public final class SyncHTTPClient: Sendable {
     ) {
         self.requestDeadline = requestDeadline
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        self.requestBase = ServerURL.requestBase(self.baseURL)
         self.tokenBox = Mutex(token)
         self.freshToken = freshToken
         self.container = container
@@ -84,7 +88,7 @@ public final class SyncHTTPClient: Sendable {
     /// Trades a password for a bearer token.
     public static func login(server: String, user: String, password: String) async throws -> TokenResponse {
         let client = Self.shared
-        var request = HTTPClientRequest(url: server + APIPath.token)
+        var request = HTTPClientRequest(url: ServerURL.requestBase(server) + APIPath.token)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(TokenRequest(user: user, password: password))))
@@ -95,7 +99,7 @@ public final class SyncHTTPClient: Sendable {
 
     public static func health(server: String) async throws -> HealthResponse {
         let client = Self.shared
-        let (status, body) = try await send(client, HTTPClientRequest(url: server + APIPath.health))
+        let (status, body) = try await send(client, HTTPClientRequest(url: ServerURL.requestBase(server) + APIPath.health))
         guard status == 200 else { throw error(status: status, body: body) }
         return try decode(HealthResponse.self, body)
     }
@@ -103,7 +107,7 @@ public final class SyncHTTPClient: Sendable {
     // MARK: Requests
 
     func request(_ method: HTTPMethod, _ path: String) -> HTTPClientRequest {
-        var r = HTTPClientRequest(url: baseURL + path)
+        var r = HTTPClientRequest(url: requestBase + path)
         r.method = method
         r.headers.add(name: "Authorization", value: "Bearer \(token)")
         return r
@@ -249,7 +253,7 @@ public final class SyncHTTPClient: Sendable {
         var headers = HTTPHeaders([("Authorization", "Bearer \(token)")])
         if !range.isEmpty { headers.add(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)") }
         let request: HTTPClient.Request
-        do { request = try HTTPClient.Request(url: baseURL + APIPath.blob(digest), method: .GET, headers: headers) } catch {
+        do { request = try HTTPClient.Request(url: requestBase + APIPath.blob(digest), method: .GET, headers: headers) } catch {
             return { throw RemoteError.protocolError("cannot build a request: \(error)") }
         }
         let delegate = DownloadDelegate(range: range, receive: receive)

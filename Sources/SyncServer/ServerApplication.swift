@@ -3,16 +3,60 @@ import Logging
 import NIOCore
 import ServiceLifecycle
 
+/// Where the server listens: a TCP address, or a Unix socket (the embedded default of each user,
+/// which only that user can reach).
+public enum ListenAddress: Sendable, Equatable, CustomStringConvertible {
+    case tcp(host: String, port: Int)
+    case unixSocket(path: String)
+
+    /// `HOST:PORT` (`[::1]:8420` for IPv6), or `unix:PATH` with an absolute path.
+    public init?(_ text: String) {
+        if text.hasPrefix("unix:") {
+            let path = String(text.dropFirst("unix:".count))
+            // sun_path holds 108 bytes with its NUL.
+            guard path.hasPrefix("/"), path.utf8.count <= Self.longestSocketPath else { return nil }
+            self = .unixSocket(path: path)
+            return
+        }
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { return nil }
+        self = .tcp(host: host, port: port)
+    }
+
+    public static let longestSocketPath = 107
+
+    public var description: String {
+        switch self {
+        case .tcp(let host, let port): host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        case .unixSocket(let path): "unix:\(path)"
+        }
+    }
+}
+
 extension SyncServer {
-    /// The runnable server: the router on `host:port`. `onListening` gets the bound port (useful
-    /// with port 0). Run it with `runService()` or inside a `ServiceGroup`.
+    /// The runnable server: the router on `address`. `onListening` gets the address as bound
+    /// (with the port chosen when asked for port 0). Run it with `runService()` or inside a
+    /// `ServiceGroup`.
     public func makeApplication(
-        host: String, port: Int, logger: Logger, onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+        address: ListenAddress, logger: Logger, onListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
-        Application(
+        let bind: BindAddress
+        switch address {
+        case .tcp(let host, let port): bind = .hostname(host, port: port)
+        case .unixSocket(let path): bind = .unixDomainSocket(path: path)
+        }
+        return Application(
             router: makeRouter(),
-            configuration: .init(address: .hostname(host, port: port), serverName: "ubiq-server"),
-            onServerRunning: { channel in await onListening(channel.localAddress?.port ?? port) },
+            configuration: .init(address: bind, serverName: "ubiq-server"),
+            onServerRunning: { channel in
+                if case .tcp(let host, let port) = address {
+                    await onListening(.tcp(host: host, port: channel.localAddress?.port ?? port))
+                } else {
+                    await onListening(address)
+                }
+            },
             logger: logger)
     }
 }

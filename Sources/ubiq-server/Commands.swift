@@ -4,6 +4,7 @@ import ItemModel
 import Logging
 import ServerStorage
 import ServiceLifecycle
+import SyncAPI
 import SyncServer
 
 struct UbiqServer: AsyncParsableCommand {
@@ -64,12 +65,16 @@ struct DataOption: ParsableArguments {
         return base + "/ubiq/server"
     }
 
-    func openStorage() throws -> ServerStorage {
+    func createDirectory() throws {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
             throw Failure("cannot create data folder \(directory): \(error.localizedDescription)")
         }
+    }
+
+    func openStorage() throws -> ServerStorage {
+        try createDirectory()
         return try ServerStorage.embedded(dataDirectory: directory)
     }
 }
@@ -79,7 +84,7 @@ struct Serve: AsyncParsableCommand {
 
     @OptionGroup var data: DataOption
 
-    @Option(name: .long, help: "Address to listen on, HOST:PORT (port 0 picks a free one).")
+    @Option(name: .long, help: "Address to listen on: HOST:PORT (port 0 picks a free one), or unix:PATH for a Unix socket.")
     var listen: String = "127.0.0.1:8420"
 
     @Option(name: .long, help: "Largest content upload accepted, in bytes.")
@@ -95,22 +100,32 @@ struct Serve: AsyncParsableCommand {
     var exitWithStdin = false
 
     func validate() throws {
-        _ = try ListenAddress(listen)
+        guard ListenAddress(listen) != nil else {
+            throw ValidationError("--listen takes HOST:PORT (for example 127.0.0.1:8420) or unix:PATH (an absolute path of at most \(ListenAddress.longestSocketPath) bytes)")
+        }
         guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
         guard (0...3600).contains(authCacheSeconds) else { throw ValidationError("--auth-cache-seconds must be 0 to 3600") }
     }
 
     func run() async throws {
-        let address = try ListenAddress(listen)
+        guard let address = ListenAddress(listen) else { throw Failure("--listen: \(listen) is not an address") }
         var logger = Logger(label: "ubiq.server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+        try data.createDirectory()
+        switch DataFolderLock.acquire(dataDirectory: data.directory) {
+        case .acquired: break
+        case .heldBy(let pid):
+            throw Failure("another ubiq-server\(pid.map { " (pid \($0))" } ?? "") serves the data folder \(data.directory)")
+        case .failed(let code):
+            throw Failure("cannot lock the data folder \(data.directory): \(String(cString: strerror(code)))")
+        }
         let storage = try data.openStorage()
         let server = SyncServer(storage: storage, configuration: .init(maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds)))
         let watchStdin = exitWithStdin
-        let app = server.makeApplication(host: address.host, port: address.port, logger: logger) { port in
+        let app = server.makeApplication(address: address, logger: logger) { bound in
             // Tests and scripts wait for this line (and read the port from it when listening on 0).
-            print("ubiq-server listening on \(address.host):\(port)")
+            print("ubiq-server listening on \(bound)")
             fflush(nil)
             // Only now: the group traps SIGTERM before it starts its services, so the signal
             // this raises is always the graceful way out, even when the input has ended already.
@@ -145,22 +160,6 @@ enum StandardInputWatch {
         }
         thread.name = "stdin-watch"
         thread.start()
-    }
-}
-
-struct ListenAddress {
-    let host: String
-    let port: Int
-
-    init(_ text: String) throws {
-        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
-            throw ValidationError("--listen takes HOST:PORT, for example 127.0.0.1:8420")
-        }
-        var host = String(text[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { throw ValidationError("--listen needs a host, for example 127.0.0.1:8420") }
-        self.host = host
-        self.port = port
     }
 }
 

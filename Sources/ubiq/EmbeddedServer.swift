@@ -1,15 +1,27 @@
 import Foundation
+import MountDaemon
 import SyncAPI
 import SyncClient
 
-/// The embedded default: with no server and no login, `ubiq mount` uses a local `ubiq-server`
-/// (started when needed) on a local data folder, with a local account whose random password
-/// and token are kept in `$XDG_CONFIG_HOME/ubiq/embedded.json` (mode 0600).
+/// The embedded default: with no server and no login, `ubiq mount` uses the user's own local
+/// `ubiq-server` (started when needed) on a data folder of theirs, with a local account whose
+/// random password and token are kept in `$XDG_CONFIG_HOME/ubiq/embedded.json` (mode 0600).
+///
+/// The server listens on a Unix socket inside its data folder (mode 0700): each user's server
+/// has an address of its own that never changes (a mount's cache is keyed by its server's
+/// address), no two users' servers compete for a port, and no other user can reach it.
 enum EmbeddedServer {
-    static let url = "http://127.0.0.1:8420"
     static let account = "local"
     static var stateFile: String { Paths.config + "/embedded.json" }
     static var dataDirectory: String { Paths.data + "/server" }
+    static var socketPath: String { dataDirectory + "/server.sock" }
+    static var url: String { "unix:" + socketPath }
+    static var log: String { Paths.data + "/server.log" }
+    /// The address every user's embedded server had before it moved to a socket of its own;
+    /// a cache made then is carried over (see `Mount.adoptFormerEmbeddedCache`).
+    static let formerURL = "http://127.0.0.1:8420"
+    /// A socket's path fills 108 bytes with its NUL.
+    static let longestSocketPath = 107
 
     struct State: Codable {
         var password: String
@@ -17,9 +29,7 @@ enum EmbeddedServer {
     }
 
     static func ensure() async throws -> StoredLogin {
-        if (try? await SyncHTTPClient.health(server: url)) == nil {
-            try await start()
-        }
+        try await start()
         try FileManager.default.createDirectory(atPath: Paths.config, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var state: State
         if let data = FileManager.default.contents(atPath: stateFile), let s = try? JSONDecoder().decode(State.self, from: data) {
@@ -46,17 +56,64 @@ enum EmbeddedServer {
         return path
     }
 
+    static func isAnswering() async -> Bool {
+        (try? await SyncHTTPClient.health(server: url)) != nil
+    }
+
+    /// The serving process, from the data folder's lock: nil when none runs.
+    static var runningPID: pid_t?? { DataFolderLock.holder(dataDirectory: dataDirectory) }
+
+    /// Starts the server unless it answers already. Two `ubiq mount`s at once may both start
+    /// one: the data folder's lock lets one serve, and both wait for it to answer.
     static func start() async throws {
+        if await isAnswering() { return }
+        guard socketPath.utf8.count <= longestSocketPath else {
+            throw Failure("the embedded server's socket path \(socketPath) is longer than \(longestSocketPath) bytes; set XDG_DATA_HOME to a shorter folder, or run ubiq-server yourself and mount with --server")
+        }
         try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let log = Paths.data + "/server.log"
-        _ = try Spawn.detached(executable: try serverBinary(), arguments: ["ubiq-server", "--data", dataDirectory, "--listen", "127.0.0.1:8420"], log: log)
+        var started: pid_t?
+        if runningPID == nil {
+            started = try Spawn.detached(executable: try serverBinary(), arguments: ["ubiq-server", "--data", dataDirectory, "--listen", url], log: log)
+        }
         let clock = ContinuousClock()
         let deadline = clock.now + .seconds(20)
         while clock.now < deadline {
-            if (try? await SyncHTTPClient.health(server: url)) != nil { return }
+            if await isAnswering() { return }
+            if let pid = started, !Spawn.isAlive(pid), runningPID == nil {
+                let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+                let last = text.split(separator: "\n").last(where: { $0.contains("ubiq-server:") }) ?? "no log"
+                throw Failure("the embedded server did not start: \(last.replacingOccurrences(of: "ubiq-server: ", with: "")) (see \(log))")
+            }
             try await Task.sleep(for: .milliseconds(20))
         }
-        throw Failure("the embedded server did not start; see \(log)")
+        throw Failure("the embedded server did not answer within 20 s; see \(log)")
+    }
+
+    /// SIGTERM, then waits (bounded) for the lock to go with the process.
+    static func stop() async throws -> pid_t? {
+        guard let holder = runningPID else { return nil }
+        guard let pid = holder else { throw Failure("the embedded server is starting; try again in a moment") }
+        guard kill(pid, SIGTERM) == 0 else { throw Failure("cannot stop the embedded server (pid \(pid)): \(String(cString: strerror(errno)))") }
+        let clock = ContinuousClock()
+        // The server's own graceful shutdown ends within 10 s.
+        let deadline = clock.now + .seconds(15)
+        while runningPID != nil {
+            guard clock.now < deadline else { throw Failure("the embedded server (pid \(pid)) did not stop within 15 s") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return pid
+    }
+
+    /// This user's running mounts that use the embedded server, by mountpoint.
+    static func mountsUsingIt(except excluded: String? = nil) async -> [String] {
+        var result: [String] = []
+        for entry in MountRegistry.entries() {
+            guard let pid = entry.daemon, kill(pid, 0) == 0 else { continue }
+            let control = ControlClient(socketPath: entry.cacheDirectory + "/control.sock")
+            guard let report: MountStatusReport = try? await control.get(ControlPath.status, timeout: .seconds(3)) else { continue }
+            if report.server == url && report.mountpoint != excluded { result.append(report.mountpoint) }
+        }
+        return result.sorted()
     }
 
     static func addAccount(password: String) throws {

@@ -43,7 +43,7 @@ func requireInMount(_ path: String) throws -> String {
 }
 
 func jsonLine(_ object: [String: Any]) -> String {
-    let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+    let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
     return String(decoding: data, as: UTF8.self)
 }
 
@@ -206,8 +206,10 @@ struct Unmount: AsyncParsableCommand {
         let target = Paths.absolute(mountpoint)
         guard MountTable.isUbiqMount(target) else { throw Failure("\(target) is not a ubiq mount") }
         let daemon = MountRegistry.daemon(of: target)
+        var server: String?
         if let cache = MountRegistry.cacheDirectory(of: target) {
             let control = ControlClient(socketPath: cache + "/control.sock")
+            server = (try? await control.get(ControlPath.status) as MountStatusReport)?.server
             if let report: FlushReport = try? await control.post(ControlPath.flush + "?timeout=\(timeout)", timeout: .seconds(Int64(timeout) + 10)) {
                 if report.pending > 0 {
                     printError("\(report.pending) change(s) not on the server yet; they stay queued in the cache and go up at the next mount:")
@@ -240,5 +242,8 @@ struct Unmount: AsyncParsableCommand {
             }
         }
         print("unmounted \(target)")
+        if server == EmbeddedServer.url, let pid = EmbeddedServer.runningPID ?? nil, await EmbeddedServer.mountsUsingIt(except: target).isEmpty {
+            print("the embedded server keeps running (pid \(pid)) for later mounts; `ubiq server stop` stops it")
+        }
     }
 }

@@ -31,14 +31,12 @@ struct StoredLogin: Codable {
 struct Login: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Log in to a sync server and store the token for later mounts.")
 
-    @Option(help: "The server's URL, for example http://127.0.0.1:8420.") var server: String
+    @Option(help: "The server's URL, for example http://127.0.0.1:8420, or unix:PATH for a server on a Unix socket.") var server: String
     @Option(help: "Account name.") var user: String
     @Flag(help: "Read the password from the first line of standard input.") var passwordStdin = false
 
     func validate() throws {
-        guard let url = URL(string: server), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-              let host = url.host, !host.isEmpty
-        else { throw ValidationError("--server takes an http:// or https:// URL, for example http://127.0.0.1:8420") }
+        guard ServerURL.normalized(server) != nil else { throw ValidationError(ServerURL.usage) }
     }
 
     func run() async throws {
@@ -51,7 +49,7 @@ struct Login: AsyncParsableCommand {
             guard let p = getpass("Password for \(user): ") else { throw Failure("no password given") }
             password = String(cString: p)
         }
-        let base = server.hasSuffix("/") ? String(server.dropLast()) : server
+        let base = ServerURL.normalized(server) ?? server
         do {
             let response = try await SyncHTTPClient.login(server: base, user: user, password: password)
             try StoredLogin(server: base, user: response.account, token: response.token).save()

@@ -25,11 +25,13 @@ struct Mount: AsyncParsableCommand {
         if let cacheSize, ByteCount.parse(cacheSize) == nil { throw ValidationError("--cache-size takes a size such as 500M or 10G") }
         do { _ = try ContainerID(container) } catch { throw ValidationError("--container: \(error)") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
+        if let server, ServerURL.normalized(server) == nil { throw ValidationError(ServerURL.usage) }
     }
 
     func run() async throws {
         let target = Paths.absolute(mountpoint)
         try checkMountpoint(target)
+        if allowOther { try checkOthersMayBeAllowed() }
         let login = try await resolveLogin()
         let cacheDir = cache.map(Paths.absolute) ?? (Paths.cache + "/mounts/" + ContentDigest.of(Array(target.utf8)).hex.prefix(16))
         var config = MountConfiguration(
@@ -42,6 +44,7 @@ struct Mount: AsyncParsableCommand {
         config.freshToken = { [server = login.server, user = login.user] in
             StoredLogin.load().flatMap { $0.server == server && $0.user == user ? $0.token : nil }
         }
+        if login.server == EmbeddedServer.url { try adoptFormerEmbeddedCache(config) }
         if foreground {
             do {
                 try await MountDaemon.run(config) { print("mounted \(target)"); fflush(nil) }
@@ -77,11 +80,35 @@ struct Mount: AsyncParsableCommand {
         if !entries.isEmpty { throw Failure("\(target) is not empty; mount on an empty folder (\(entries.count == 1 ? "the entry in it" : "the \(entries.count) entries in it") would be hidden while mounted)") }
     }
 
+    /// FUSE lets only root admit other users, unless `/etc/fuse.conf` says `user_allow_other`;
+    /// without it, `fusermount3` refuses the mount and the reason would end up in the daemon's log.
+    func checkOthersMayBeAllowed() throws {
+        guard geteuid() != 0 else { return }
+        let text = (try? String(contentsOfFile: "/etc/fuse.conf", encoding: .utf8)) ?? ""
+        let allowed = text.split(separator: "\n").contains { $0.trimmingCharacters(in: .whitespaces) == "user_allow_other" }
+        guard allowed else {
+            throw Failure("--allow-other needs the line user_allow_other in /etc/fuse.conf, which only an administrator can add; mount without --allow-other to keep the mount to yourself")
+        }
+    }
+
+    /// The embedded server used to listen on 127.0.0.1:8420 for every user; a cache is kept
+    /// per server address, so a cache made then (with its unsent changes) is moved to where
+    /// this address looks for it. The server's data folder, and so the container, is the same.
+    func adoptFormerEmbeddedCache(_ config: MountConfiguration) throws {
+        var former = config
+        former.serverURL = EmbeddedServer.formerURL
+        let fm = FileManager.default
+        guard fm.fileExists(atPath: former.accountDirectory), !fm.fileExists(atPath: config.accountDirectory) else { return }
+        guard rename(former.accountDirectory, config.accountDirectory) == 0 else {
+            throw Failure("cannot move the cache \(former.accountDirectory) to \(config.accountDirectory): \(String(cString: strerror(errno)))")
+        }
+    }
+
     /// --server with its stored login; else the stored login; else the embedded default.
     func resolveLogin() async throws -> StoredLogin {
         let stored = StoredLogin.load()
         if let server {
-            let base = server.hasSuffix("/") ? String(server.dropLast()) : server
+            let base = ServerURL.normalized(server) ?? server
             guard let stored, stored.server == base else {
                 throw Failure("not logged in to \(base): run `ubiq login --server \(base) --user NAME` first")
             }

@@ -1,0 +1,31 @@
+import AsyncHTTPClient
+import Foundation
+
+/// The server addresses a user writes: `http://HOST[:PORT]`, `https://…`, or `unix:/PATH` for a
+/// server on a Unix socket of this machine (each user's embedded server). The text is what
+/// logins, mounts and status show; requests go to `requestBase`, the form the HTTP client takes.
+public enum ServerURL {
+    public static let usage = "--server takes an http:// or https:// URL (for example http://127.0.0.1:8420) or unix:PATH"
+
+    /// The address without a trailing slash, or nil when it is none of the forms above.
+    public static func normalized(_ text: String) -> String? {
+        let base = text.hasSuffix("/") && !text.hasPrefix("unix:") ? String(text.dropLast()) : text
+        if base.hasPrefix("unix:") {
+            let path = base.dropFirst("unix:".count)
+            return path.hasPrefix("/") && !path.contains("\0") ? base : nil
+        }
+        guard let url = URL(string: base), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = url.host, !host.isEmpty
+        else { return nil }
+        return base
+    }
+
+    /// What request paths are appended to: a `unix:` address becomes `http+unix://` with the
+    /// socket's path percent-encoded as the host.
+    public static func requestBase(_ server: String) -> String {
+        guard server.hasPrefix("unix:"), let url = URL(httpURLWithSocketPath: String(server.dropFirst("unix:".count)), uri: "") else { return server }
+        var text = url.absoluteString
+        if text.hasSuffix("/") { text.removeLast() }
+        return text
+    }
+}
