@@ -2,8 +2,9 @@
 import PackageDescription
 
 // Targets are listed top to bottom as in docs/ARCHITECTURE.md: imports point down the list.
-// Heavy dependencies have one importer each: GRDB -> ServerStorage, Hummingbird -> SyncServer,
-// AsyncHTTPClient -> TestSupport (and later SyncClient), ArgumentParser -> the executables.
+// Heavy dependencies have few importers: GRDB -> ServerStorage and LocalState, Hummingbird ->
+// SyncServer and MountDaemon (the control socket), AsyncHTTPClient -> SyncClient and
+// TestSupport, ArgumentParser -> the executables.
 let package = Package(
     name: "ubiq",
     platforms: [.macOS(.v14)],
@@ -26,7 +27,7 @@ let package = Package(
         .executableTarget(
             name: "ubiq",
             dependencies: [
-                "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel",
+                "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel", "DataFolderLock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -34,7 +35,7 @@ let package = Package(
         .executableTarget(
             name: "ubiq-server",
             dependencies: [
-                "SyncServer", "ServerStorage", "SyncAPI", "ItemModel",
+                "SyncServer", "ServerStorage", "ItemModel", "DataFolderLock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -100,6 +101,7 @@ let package = Package(
         ),
         .target(name: "SyncAPI", dependencies: ["ItemModel"]),
         .target(name: "PageCache"),
+        .target(name: "DataFolderLock"),
         .target(name: "FuseKit", dependencies: ["CFuse3"]),
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
         .target(name: "ItemModel", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),

@@ -1,10 +1,10 @@
 import ArgumentParser
+import DataFolderLock
 import Foundation
 import ItemModel
 import Logging
 import ServerStorage
 import ServiceLifecycle
-import SyncAPI
 import SyncServer
 
 struct UbiqServer: AsyncParsableCommand {

@@ -1,3 +1,4 @@
+import DataFolderLock
 import Foundation
 import MountDaemon
 import SyncAPI

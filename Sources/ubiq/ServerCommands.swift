@@ -1,4 +1,5 @@
 import ArgumentParser
+import DataFolderLock
 import Foundation
 
 /// `ubiq server …`: the user's embedded server, which `ubiq mount` starts when there is no

@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import ItemModel
 import SyncAPI
@@ -44,6 +45,34 @@ import Testing
             server.dropLifeline()
             try await eventually("the server to exit once its standard input ended") { !server.isRunning }
             #expect(server.terminationStatus == 0, "a graceful stop, as on SIGTERM")
+        }
+    }
+
+    /// Two servers on one data folder would share its database, and the second would unlink
+    /// the first's socket: the second exits at once. Once the first is gone, a server on a Unix
+    /// socket serves the same data (each user's embedded server listens so).
+    @Test func oneServerPerDataFolderAndAUnixSocketServesTheSameData() async throws {
+        try await withServer { server in
+            try await server.addAccount("alice", password: "pw")
+            let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "pw")
+            #expect(try await http.send(.PUT, APIPath.container(.default)).status == 201)
+            let socket = server.dataDirectory + "/s.sock"
+            let second = try await run(Binaries.path("ubiq-server"), ["--data", server.dataDirectory, "--listen", "unix:" + socket], timeout: .seconds(30))
+            #expect(second.status == 1)
+            #expect(second.stderr.contains("another ubiq-server (pid ") && second.stderr.contains("serves the data folder \(server.dataDirectory)"), "\(second.stderr)")
+            #expect(server.isRunning)
+
+            server.kill9()
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Binaries.path("ubiq-server"))
+            process.arguments = ["--data", server.dataDirectory, "--listen", "unix:" + socket, "--log-level", "warning"]
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            defer { process.terminate(); process.waitUntilExit() }
+            let base = try #require(URL(httpURLWithSocketPath: socket, uri: "")).absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
+            let overSocket = TestHTTP(baseURL: base, token: http.token)
+            try await eventually("the server to answer on its socket") { (try? await overSocket.send(.GET, APIPath.health).status) == 200 }
+            #expect(try await overSocket.send(.GET, APIPath.container(.default)).status == 200)
         }
     }
 
