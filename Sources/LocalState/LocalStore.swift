@@ -186,7 +186,7 @@ public final class LocalStore: Sendable {
     }
 
     public func write<T>(_ body: (LocalWriter) throws -> T) throws -> T {
-        try pool.write { db in try body(LocalWriter(db: db)) }
+        try Self.namingFullDisk { try pool.write { db in try body(LocalWriter(db: db)) } }
     }
 
     public func asyncRead<T: Sendable>(_ body: @escaping @Sendable (LocalReader) throws -> T) async throws -> T {
@@ -194,7 +194,20 @@ public final class LocalStore: Sendable {
     }
 
     public func asyncWrite<T: Sendable>(_ body: @escaping @Sendable (LocalWriter) throws -> T) async throws -> T {
-        try await pool.write { db in try body(LocalWriter(db: db)) }
+        do {
+            return try await pool.write { db in try body(LocalWriter(db: db)) }
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
+            throw LocalStoreError.diskFull
+        }
+    }
+
+    /// A full volume as the one error callers tell apart from every other database failure.
+    static func namingFullDisk<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
+            throw LocalStoreError.diskFull
+        }
     }
 }
 
@@ -609,18 +622,32 @@ extension LocalItem {
     /// migrations only ever append to. Position, not name: GRDB's lookup by name lowercases
     /// every name and was most of the cost of listing a folder.
     init(row: Row) throws {
+        let ino: Int64 = row[0]
+        func undecodable(_ column: String, _ value: String) -> LocalStoreError {
+            .undecodable(table: "items", key: ino, column: column, value: value)
+        }
         let xattrBlob: Data = row[12]
         // Most items have no attributes: skip the decoder for the empty object.
-        let xattrs = xattrBlob.count <= 2 ? [:] : (try? JSONDecoder().decode([String: Data].self, from: xattrBlob)) ?? [:]
+        let xattrs: [String: Data]
+        if xattrBlob.count <= 2 {
+            xattrs = [:]
+        } else {
+            do { xattrs = try JSONDecoder().decode([String: Data].self, from: xattrBlob) } catch {
+                throw undecodable("xattrs", String(decoding: xattrBlob.prefix(80), as: UTF8.self))
+            }
+        }
         let revision: String? = row[13]
         let digest: String? = row[14]
         let mode: Int64 = row[6], uid: Int64 = row[7], gid: Int64 = row[8]
+        let kindText: String = row[4], contentText: String = row[15]
+        guard let kind = ItemKind(rawValue: kindText) else { throw undecodable("kind", kindText) }
+        guard let content = ContentState(rawValue: contentText) else { throw undecodable("content", contentText) }
         self.init(
-            ino: row[0], itemID: ItemID(row[1] as String), parent: row[2], name: row[3],
-            kind: ItemKind(rawValue: row[4]) ?? .file, size: row[5], mode: UInt32(truncatingIfNeeded: mode),
+            ino: ino, itemID: ItemID(row[1] as String), parent: row[2], name: row[3],
+            kind: kind, size: row[5], mode: UInt32(truncatingIfNeeded: mode),
             uid: UInt32(truncatingIfNeeded: uid), gid: UInt32(truncatingIfNeeded: gid), created: row[9],
             modified: row[10], changed: row[11], xattrs: xattrs, revision: revision.map(Revision.init(_:)),
-            serverDigest: try digest.map { try ContentDigest(hex: $0) }, content: ContentState(rawValue: row[15]) ?? .placeholder,
+            serverDigest: try digest.map { try ContentDigest(hex: $0) }, content: content,
             cachedBytes: row[16], pinned: (row[17] as Int64) != 0, lastAccess: row[18],
             downloadError: row[19], uploadError: row[20])
     }
@@ -637,9 +664,10 @@ extension LocalItem {
 
 extension OutboxEntry {
     init(row: Row) throws {
-        let itemID: String? = row["item_id"], revision: String? = row["revision"]
+        let itemID: String? = row["item_id"], revision: String? = row["revision"], opText: String = row["op"]
+        guard let op = OutboxOp(rawValue: opText) else { throw LocalStoreError.undecodable(table: "outbox", key: row["seq"], column: "op", value: opText) }
         self.init(
-            seq: row["seq"], ino: row["ino"], op: OutboxOp(rawValue: row["op"]) ?? .content,
+            seq: row["seq"], ino: row["ino"], op: op,
             itemID: itemID.map(ItemID.init(_:)), revision: revision.map(Revision.init(_:)),
             attempts: row["attempts"], lastError: row["last_error"], notBefore: row["not_before"])
     }

@@ -196,14 +196,4 @@ public enum EngineError: Error, Sendable, CustomStringConvertible {
         case .cancelled: "cancelled"
         }
     }
-
-    /// The errno a filesystem caller should see.
-    public var errno: Int32 {
-        switch self {
-        case .io(_, let code): code == ENOSPC || code == EDQUOT ? ENOSPC : EIO
-        case .notFound: ENOENT
-        case .offline, .digestMismatch: EIO
-        case .cancelled: EINTR
-        }
-    }
 }

@@ -1041,18 +1041,23 @@ public final class FileSystem: Sendable {
         }
     }
 
+    /// What a caller of the file system sees of a failure below it. The errors of the store
+    /// and the engine are mapped case by case; anything else (a database fault) is EIO.
     static func fsError(_ error: Error) -> FSError {
         switch error {
         case let e as FSError: return e
-        case let e as EngineError:
-            switch e.errno {
-            case ENOSPC: return .noSpace
-            case ENOENT: return .notFound
-            default: return .io
+        case let e as LocalStoreError:
+            switch e {
+            case .diskFull: return .noSpace
+            case .undecodable: return .io
             }
-        default:
-            let text = "\(error)"
-            return text.contains("SQLITE_FULL") || text.contains("database or disk is full") ? .noSpace : .io
+        case let e as EngineError:
+            switch e {
+            case .io(_, let code): return FSError(writeFailure: code)
+            case .notFound: return .notFound
+            case .offline, .digestMismatch, .cancelled: return .io
+            }
+        default: return .io
         }
     }
 

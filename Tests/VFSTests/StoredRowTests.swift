@@ -1,0 +1,42 @@
+import Foundation
+import ItemModel
+import LocalState
+import Testing
+import TestSupport
+
+/// The mount's database is read strictly: a value this version does not know is an error that
+/// names its row, never a guess (an unknown outbox operation read as an upload would send the
+/// wrong change).
+@Suite struct StoredRowTests {
+    @Test func anUnknownStoredValueIsAnErrorNamingItsRow() async throws {
+        let folder = try TempDirectory("ubiq-rows")
+        defer { folder.remove() }
+        let path = folder.path + "/state.sqlite"
+        var seq: Int64 = 0
+        var ino: Int64 = 0
+        do {
+            let store = try LocalStore(path: path)
+            let item = try store.write { w in
+                try w.insert(LocalItem(
+                    ino: 0, itemID: ItemID("0123456789abcdef0123456789abcdef"), parent: LocalItem.rootIno, name: "a.txt",
+                    kind: .file, size: 0, mode: 0o644, created: 0, modified: 0, changed: 0, content: .dirty))
+            }
+            ino = item.ino
+            try store.write { try $0.enqueue(.content, ino: item.ino) }
+            seq = try #require(try store.read { try $0.outbox() }.first).seq
+            try store.checkpoint()
+        }
+        // The schema's CHECKs would refuse these: a newer version's database may not have them.
+        for sql in ["UPDATE outbox SET op = 'teleport' WHERE seq = \(seq)", "PRAGMA ignore_check_constraints = ON; UPDATE items SET content = 'halfway' WHERE ino = \(ino)"] {
+            let r = try await run("/usr/bin/sqlite3", [path, sql])
+            #expect(r.status == 0, "\(r.stderr)")
+        }
+        let store = try LocalStore(path: path)
+        #expect(throws: LocalStoreError.undecodable(table: "outbox", key: seq, column: "op", value: "teleport")) {
+            try store.read { try $0.outbox() }
+        }
+        #expect(throws: LocalStoreError.undecodable(table: "items", key: ino, column: "content", value: "halfway")) {
+            try store.read { try $0.item(ino) }
+        }
+    }
+}
