@@ -1,5 +1,4 @@
 import ItemModel
-import LocalState
 
 /// The `user.ubiq.*` status attributes (SPEC, "Extended attributes"), computed from local
 /// state alone: reading them never downloads anything.
