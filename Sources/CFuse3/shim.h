@@ -3,7 +3,7 @@
 // FUSE_USE_VERSION 314 selects the libfuse 3.14 API (Debian bookworm's libfuse3 3.14.0; the
 // 3.17+ calls on libfuse's main branch do not exist there). _FILE_OFFSET_BITS is deliberately
 // not defined: off_t is already 64-bit on the 64-bit targets ubiq supports, and defining it here
-// breaks the Swift build (see /work/shared/FUSE_NOTES.md).
+// breaks the Swift build.
 #ifndef CFUSE3_SHIM_H
 #define CFUSE3_SHIM_H
 

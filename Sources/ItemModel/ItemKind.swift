@@ -16,9 +16,9 @@ public struct ItemPath: Hashable, Sendable, CustomStringConvertible {
 
     public func appending(_ name: ItemName) -> ItemPath { ItemPath(components + [name]) }
 
-    /// SPEC: `Documents/` at the root is the Documents scope; everything else is the Data scope.
+    /// `Documents/` at the root is the Documents scope; everything else is the Data scope.
     public var isInDocumentsScope: Bool { components.first?.rawValue == "Documents" }
 
-    /// SPEC: a `.nosync` name makes that item and everything below it local-only.
+    /// A `.nosync` name makes that item and everything below it local-only (docs/SEMANTICS.md).
     public var isExcludedFromSync: Bool { components.contains { $0.isNoSync } }
 }

@@ -82,7 +82,8 @@ public struct ItemChange: Hashable, Sendable, Codable {
 
 /// The rules for synced extended attributes, shared by the server and the mount.
 public enum SyncedXattr {
-    /// The status attributes are computed per device and never synced (SPEC, "Extended attributes").
+    /// The status attributes are computed per device and never synced (docs/SEMANTICS.md,
+    /// "Extended attributes").
     public static let statusPrefix = "user.ubiq."
     public static let maxNameBytes = 255
     /// 64 KiB: the largest value Linux accepts for one attribute (XATTR_SIZE_MAX).

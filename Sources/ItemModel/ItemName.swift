@@ -1,7 +1,7 @@
 /// A validated name of one item inside a folder.
 ///
-/// The rules are the server's and the mount's alike (SPEC, "The container"): a name is never
-/// mangled to make it fit; it is accepted as it is or refused with a reason.
+/// The rules are the server's and the mount's alike (docs/SEMANTICS.md, "Items and names"): a
+/// name is never mangled to make it fit; it is accepted as it is or refused with a reason.
 public struct ItemName: Hashable, Sendable, CustomStringConvertible, Comparable {
     /// 255 bytes: the longest name Linux file systems (and `NAME_MAX`) accept.
     public static let maxByteCount = 255
@@ -50,6 +50,6 @@ public struct ItemName: Hashable, Sendable, CustomStringConvertible, Comparable 
         lhs.rawValue.utf8.lexicographicallyPrecedes(rhs.rawValue.utf8)
     }
 
-    /// True for names that are local-only on the mount (SPEC: `.nosync`).
+    /// True for names that are local-only on the mount (`.nosync`).
     public var isNoSync: Bool { rawValue.hasSuffix(".nosync") }
 }

@@ -1,7 +1,7 @@
 import ItemModel
 
-/// The `user.ubiq.*` status attributes (SPEC, "Extended attributes"), computed from local
-/// state alone: reading them never downloads anything.
+/// The `user.ubiq.*` status attributes (docs/SEMANTICS.md, "Extended attributes"), computed
+/// from local state alone: reading them never downloads anything.
 public struct ItemStatus: Sendable, Equatable {
     public var downloadingStatus: String
     public var isDownloading: Bool
@@ -59,7 +59,8 @@ public struct ItemStatus: Sendable, Equatable {
         return out
     }
 
-    /// Name and value of every attribute that is present, in SPEC's order.
+    /// Name and value of every attribute that is present, in the order `listxattr` gives them
+    /// (docs/SEMANTICS.md, "Extended attributes").
     public var attributes: [(String, String)] {
         var out: [(String, String)] = [
             ("user.ubiq.downloadingStatus", downloadingStatus),

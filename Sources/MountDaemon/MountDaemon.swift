@@ -42,7 +42,7 @@ public struct MountConfiguration: Sendable {
     }
 
     /// The account's own corner of the cache: another account's data is never shown, because
-    /// it lives in another folder (SPEC, "Identity").
+    /// it lives in another folder (docs/SEMANTICS.md, "Decisions", the cache folder).
     public var accountDirectory: String {
         let key = ContentDigest.of(Array("\(serverURL)|\(account)|\(container.rawValue)".utf8)).hex.prefix(16)
         return "\(cacheDirectory)/accounts/\(key)"

@@ -308,7 +308,8 @@ extension SyncEngine {
     }
 }
 
-/// `NAME (conflicted copy from DEVICE YYYY-MM-DD HHMMSS).EXT`, as SPEC names kept versions.
+/// `NAME (conflicted copy from DEVICE YYYY-MM-DD HHMMSS).EXT`: the name of a kept copy says which
+/// device it came from and when (docs/SEMANTICS.md, "Decisions").
 public enum ConflictNaming {
     public static func conflictedCopyName(_ name: String, device: String, at time: Timestamp) -> String {
         var t = time_t(time / 1_000_000_000)

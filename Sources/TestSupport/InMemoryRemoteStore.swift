@@ -14,7 +14,7 @@ import Synchronization
 /// codes for bad names, missing parents, name clashes and unknown blobs, and a push stream that
 /// sends the catch-up, then `.ready(cursor)`, then live changes.
 ///
-/// Fault injection (STYLE 4): `isOnline` (false: every call throws `RemoteError.unreachable` and
+/// Fault injection: `isOnline` (false: every call throws `RemoteError.unreachable` and
 /// the push streams end with it), `failUploadsAfter`, `failNext(_:with:times:)`,
 /// `loseAnswer(_:times:)` (the call is carried out but its answer never arrives), gates that hold
 /// a call in flight (`hold(_:)`, then `answered(_:)` tells when the released call is done), and

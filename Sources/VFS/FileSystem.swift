@@ -471,8 +471,8 @@ public final class FileSystem: Sendable {
         _ = try recordWrites(handle, h)
     }
 
-    /// Makes the written content durable and queues its upload (SPEC: on close or fsync),
-    /// which goes even while the file stays open: the writer said this version is whole.
+    /// Makes the written content durable and queues its upload, as a close does. The upload goes
+    /// even while the file stays open: the writer said this version is whole.
     public func fsync(_ handle: UInt64) throws(FSError) {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
         if let code = h.writeError { throw FSError(writeFailure: code) }

@@ -212,7 +212,7 @@ func readPassword(stdin: Bool) throws -> String {
 }
 
 extension UbiqServer {
-    /// Parses and runs a command; returns the exit code SPEC asks for.
+    /// Parses and runs a command; returns its exit code (0, 1 or 2; docs/CLI.md).
     static func runMain() async -> Int32 {
         do {
             var command = try parseAsRoot()

@@ -7,5 +7,5 @@ import NIOPosix
 // each hop that wakes an idle CPU cost hundreds of microseconds of a download's first byte.
 // Called first thing, on the main thread, before any task exists, as NIO requires.
 NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-// Exit codes per SPEC: 0 success, 1 a user-facing failure (one line on stderr), 2 bad usage.
+// Exit codes (docs/CLI.md): 0 success, 1 a user-facing failure (one line on stderr), 2 bad usage.
 exit(await UbiqServer.runMain())

@@ -5,7 +5,8 @@ import SyncAPI
 import SyncClient
 
 /// Item commands speak the public contract: the `user.ubiq.*` extended attributes of the files
-/// themselves (SPEC), so they work on any path inside a mount.
+/// themselves (docs/SEMANTICS.md, "Extended attributes"), so they work on any path inside a
+/// mount.
 // <sys/xattr.h> is not part of the Glibc module; these are its two calls, as glibc exports them.
 @_silgen_name("getxattr")
 func c_getxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
