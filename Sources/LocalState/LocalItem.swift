@@ -3,10 +3,9 @@ import ItemModel
 
 /// Where an item's content is on this device. The mount's status attributes are derived from it.
 public enum ContentState: String, Sendable, Codable, Hashable {
-    /// A placeholder: metadata only, no bytes on disk.
+    /// A placeholder: metadata only, no bytes on disk (a download under way keeps its ranges
+    /// in the cache file and says so in memory, not here).
     case placeholder
-    /// Some ranges are in the cache file (a download is under way or was cut off).
-    case partial
     /// The cache file holds the server's current revision.
     case current
     /// The cache file holds an older revision: the server has newer content.
@@ -19,7 +18,7 @@ public enum ContentState: String, Sendable, Codable, Hashable {
     public var isWhole: Bool { self == .current || self == .dirty }
 
     /// The server's current content is not (all) here: a download would fetch it.
-    public var needsDownload: Bool { self == .placeholder || self == .partial || self == .stale }
+    public var needsDownload: Bool { self == .placeholder || self == .stale }
 }
 
 /// One item of the mount, as the local database keeps it.

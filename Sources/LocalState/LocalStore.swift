@@ -360,7 +360,7 @@ public struct LocalReader {
     /// Clean, unpinned files with content, least recently used first: what the cache limit may evict.
     public func evictionCandidates(limit: Int) throws -> [LocalItem] {
         try items("""
-            SELECT * FROM items WHERE kind = 'file' AND pinned = 0 AND content IN ('current', 'stale', 'partial')
+            SELECT * FROM items WHERE kind = 'file' AND pinned = 0 AND content IN ('current', 'stale')
             AND cached_bytes > 0 AND ino NOT IN (SELECT ino FROM outbox) ORDER BY last_access LIMIT ?
             """, [limit])
     }
@@ -390,7 +390,8 @@ public struct LocalReader {
     }
 
     /// `ContentState.needsDownload` in SQL. Written as the partial index of pinned files
-    /// (migration v3) has it, so that the query of pinned files uses that index.
+    /// (migration v3) has it, so that the query of pinned files uses that index; no row holds
+    /// 'partial', which the first schema allowed and no version wrote.
     static let needingContent = "content IN ('placeholder', 'partial', 'stale')"
 
     /// Files asked for with `requestDownload` that still need their content, in the order of

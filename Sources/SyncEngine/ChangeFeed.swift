@@ -395,16 +395,11 @@ extension Task where Success == Never, Failure == Never {
 
 extension SyncEngine {
     /// The server has other content for a row whose own is not newer: a cached copy becomes
-    /// stale (read afresh on the next open), a partial one is dropped, and a download of the
-    /// old version stops. The caller sets the row's size and digest to the server's.
+    /// stale (read afresh on the next open), and a download of the old version stops. The
+    /// caller sets the row's size and digest to the server's.
     func contentReplaced(_ local: inout LocalItem) {
         switch local.content {
         case .current: local.content = .stale
-        case .partial:
-            downloads.cancel(local.ino)
-            cache.remove(local.ino)
-            local.content = .placeholder
-            local.cachedBytes = 0
         case .placeholder, .stale:
             // A download of the old version may be running: it is of no use now.
             downloads.cancel(local.ino)

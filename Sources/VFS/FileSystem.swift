@@ -281,7 +281,7 @@ public final class FileSystem: Sendable {
     /// False: not such an open; the caller uses `open`.
     public func openWhileDownloading(_ ino: Int64, flags: Int32, answer: @escaping @Sendable (Opened?) -> Void) throws(FSError) -> Bool {
         let item = try openable(ino)
-        guard item.kind == .file, !Self.isWritable(flags), item.content == .placeholder || item.content == .partial,
+        guard item.kind == .file, !Self.isWritable(flags), item.content == .placeholder,
               item.serverDigest != nil, item.size > 0
         else { return false }
         if engine.isConnected {
@@ -331,7 +331,7 @@ public final class FileSystem: Sendable {
     /// reading) before the open answers; a truncating open needs nothing.
     static func needsContent(_ item: LocalItem, flags: Int32, openForWriting: Bool) -> Bool {
         let truncate = isWritable(flags) && (flags & O_TRUNC) != 0
-        return !truncate && (item.content == .placeholder || item.content == .partial || (item.content == .stale && !openForWriting))
+        return !truncate && (item.content == .placeholder || (item.content == .stale && !openForWriting))
     }
 
     func finishOpen(_ item: LocalItem, flags: Int32, wasLocal: Bool) throws(FSError) -> Opened {
@@ -394,7 +394,7 @@ public final class FileSystem: Sendable {
         let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
         guard offset < fileSize else { return .bytes([]) }
         let count = Int(min(Int64(size), fileSize - offset))
-        if item.content == .placeholder || item.content == .partial {
+        if item.content == .placeholder {
             do { try await engine.waitForContent(item, range: offset..<(offset + Int64(count))) } catch { throw Self.fsError(error) }
         }
         return .file(fd: h.fd, offset: offset, count: count)

@@ -40,7 +40,6 @@ extension NodeAttributes {
         let blocks: Int64
         switch item.content {
         case .placeholder: blocks = 0
-        case .partial: blocks = (item.cachedBytes + 511) / 512
         case .current, .stale, .dirty: blocks = item.kind == .folder ? 0 : (size + 511) / 512
         }
         self.init(
