@@ -6,29 +6,24 @@ import PageCache
 import Synchronization
 import VFS
 
-/// FuseKit ⇄ VFS: converts requests to VFS calls and VFS answers to replies. No file-system
-/// rules live here.
+/// FuseKit ⇄ VFS: each handler converts the request, makes one VFS call and converts its
+/// answer to the reply. No file-system rules live here.
 ///
 /// Metadata requests are answered on the FUSE thread (local database, no network). Requests
-/// that may wait for the network (open of a placeholder, read of bytes not yet here,
-/// truncating a placeholder) move their reply token into a Task — except a placeholder opened
-/// for reading, answered by the thread that lands its first bytes.
+/// that may wait for the network (open, read, setattr) hand VFS a pending reply, which VFS
+/// answers from whichever thread has the answer (see `FileSystem`'s answering entry points).
 struct FuseBridge: FileSystemHandler {
     let fs: FileSystem
-    let invalidator: KernelInvalidator
 
     /// Long kernel caches make `stat` and `ls` run at native speed; remote changes invalidate
     /// the affected entries explicitly (KernelInvalidator).
     static let entryTimeout: Duration = .seconds(3600)
     static let attributeTimeout: Duration = .seconds(3600)
 
-    /// A folder's mtime also moves when the daemon changes its entries (KernelInvalidator), which
-    /// is what makes the kernel list it afresh.
     func fileAttributes(_ a: NodeAttributes) -> FileAttributes {
-        let mtime = a.kind == .folder ? invalidator.folderModified(a.ino, stored: a.mtime) : a.mtime
-        return FileAttributes(
+        FileAttributes(
             ino: UInt64(a.ino), mode: (a.kind == .folder ? S_IFDIR : S_IFREG) | a.mode, nlink: a.nlink, uid: a.uid, gid: a.gid,
-            size: a.size, blocks: a.blocks, blockSize: 4096, atime: Self.time(a.atime), mtime: Self.time(mtime), ctime: Self.time(a.ctime))
+            size: a.size, blocks: a.blocks, blockSize: 4096, atime: Self.time(a.atime), mtime: Self.time(a.mtime), ctime: Self.time(a.ctime))
     }
 
     static func time(_ t: Timestamp) -> FileTime {
@@ -67,23 +62,24 @@ struct FuseBridge: FileSystemHandler {
         let vfsChanges = FileSystem.AttributeChanges(
             mode: changes.mode, uid: changes.uid, gid: changes.gid, size: changes.size,
             atime: Self.nanoseconds(changes.atime), mtime: Self.nanoseconds(changes.mtime))
-        var pending: AttrReply? = consume reply
+        let pending = PendingAttributes(reply)
         let bridge = self
-        Task {
-            do {
-                let a = try await bridge.fs.setAttributes(Int64(ino), vfsChanges, handle: handle)
-                pending.take()!.attributes(bridge.fileAttributes(a), timeout: Self.attributeTimeout)
-            } catch { pending.take()!.error((error as? FSError)?.errno ?? EIO) }
+        fs.setAttributes(Int64(ino), vfsChanges, handle: handle) { result in
+            guard let reply = pending.take() else { return }
+            switch result {
+            case .success(let a): reply.attributes(bridge.fileAttributes(a), timeout: Self.attributeTimeout)
+            case .failure(let error): reply.error(error.errno)
+            }
         }
     }
 
-    func readlink(ino: UInt64, context: RequestContext, reply: consuming ReadlinkReply) { reply.error(EINVAL) }
+    func readlink(ino: UInt64, context: RequestContext, reply: consuming ReadlinkReply) {
+        do { reply.target(try fs.readlink(Int64(ino))) } catch { reply.error(error.errno) }
+    }
 
     func mknod(parent: UInt64, name: [UInt8], mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
         do {
-            let opened = try fs.createFile(parent: Int64(parent), name: name, mode: mode, flags: O_WRONLY | O_EXCL, uid: context.uid, gid: context.gid)
-            fs.release(opened.handle)
-            reply.entry(entry(opened.attributes))
+            reply.entry(entry(try fs.makeNode(parent: Int64(parent), name: name, mode: mode, uid: context.uid, gid: context.gid)))
         } catch { reply.error(error.errno) }
     }
 
@@ -101,45 +97,26 @@ struct FuseBridge: FileSystemHandler {
         do { try fs.removeDirectory(parent: Int64(parent), name: name); reply.success() } catch { reply.error(error.errno) }
     }
 
-    /// Symbolic links are not synced (docs/SEMANTICS.md).
     func symlink(target: [UInt8], parent: UInt64, name: [UInt8], context: RequestContext, reply: consuming EntryReply) {
-        reply.error(EPERM)
+        do { reply.entry(entry(try fs.symlink(target: target, parent: Int64(parent), name: name))) } catch { reply.error(error.errno) }
     }
 
     func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: RenameFlags, context: RequestContext, reply: consuming StatusReply) {
-        if flags.contains(.whiteout) { return reply.error(EINVAL) }
         do {
             try fs.rename(parent: Int64(parent), name: name, newParent: Int64(newParent), newName: newName,
-                          noReplace: flags.contains(.noReplace), exchange: flags.contains(.exchange))
+                          noReplace: flags.contains(.noReplace), exchange: flags.contains(.exchange), whiteout: flags.contains(.whiteout))
             reply.success()
         } catch { reply.error(error.errno) }
     }
 
-    /// Hard links are not supported (docs/SEMANTICS.md).
     func link(ino: UInt64, newParent: UInt64, newName: [UInt8], context: RequestContext, reply: consuming EntryReply) {
-        reply.error(EPERM)
+        do { reply.entry(entry(try fs.link(Int64(ino), newParent: Int64(newParent), newName: newName))) } catch { reply.error(error.errno) }
     }
 
     func open(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
-        // Content here: answer on this thread. Only an open that must download first waits.
-        do {
-            if let opened = try fs.openIfLocal(Int64(ino), flags: flags) { return Self.answer(reply, opened, fs) }
-        } catch {
-            return reply.error(error.errno)
-        }
         let pending = PendingOpen(reply)
         let fs = self.fs
-        // A placeholder opened for reading: answered by the thread that lands its first bytes.
-        do {
-            let started = try fs.openWhileDownloading(Int64(ino), flags: flags) { opened in
-                guard let opened else { return Self.openInTask(fs, ino: ino, flags: flags, pending) }
-                pending.answer(opened, fs)
-            }
-            if started { return }
-        } catch {
-            return pending.fail(error.errno)
-        }
-        Self.openInTask(fs, ino: ino, flags: flags, pending)
+        fs.open(Int64(ino), flags: flags) { pending.answer($0, fs) }
     }
 
     static func answer(_ reply: consuming OpenReply, _ opened: FileSystem.Opened, _ fs: FileSystem) {
@@ -151,15 +128,6 @@ struct FuseBridge: FileSystemHandler {
         }
     }
 
-    /// The general open: waits in a task for what it needs, and says why it failed.
-    static func openInTask(_ fs: FileSystem, ino: UInt64, flags: Int32, _ pending: PendingOpen) {
-        Task {
-            do { pending.answer(try await fs.open(Int64(ino), flags: flags), fs) } catch {
-                pending.fail((error as? FSError)?.errno ?? EIO)
-            }
-        }
-    }
-
     func create(parent: UInt64, name: [UInt8], mode: UInt32, flags: Int32, context: RequestContext, reply: consuming CreateReply) {
         do {
             let opened = try fs.createFile(parent: Int64(parent), name: name, mode: mode, flags: flags, uid: context.uid, gid: context.gid)
@@ -168,34 +136,8 @@ struct FuseBridge: FileSystemHandler {
     }
 
     func read(ino: UInt64, handle: UInt64, offset: Int64, size: Int, context: RequestContext, reply: consuming ReadReply) {
-        // Content already here: answer on this thread (splice from the cache file), no Task.
-        do {
-            if let ready = try fs.readIfLocal(handle, offset: offset, size: size) { return Self.answer(reply, ready) }
-        } catch {
-            return reply.error(error.errno)
-        }
         let pending = PendingRead(reply)
-        let fs = self.fs
-        // Ahead of the running download: answered by the thread that lands the bytes.
-        do {
-            let waiting = try fs.readWhenLanded(handle, offset: offset, size: size) { result in
-                guard let result else { return Self.readInTask(fs, handle: handle, offset: offset, size: size, pending) }
-                pending.answer(result)
-            }
-            if waiting { return }
-        } catch {
-            return pending.fail(error.errno)
-        }
-        Self.readInTask(fs, handle: handle, offset: offset, size: size, pending)
-    }
-
-    /// The general read: waits in a task for what it needs, and says why it failed.
-    static func readInTask(_ fs: FileSystem, handle: UInt64, offset: Int64, size: Int, _ pending: PendingRead) {
-        Task {
-            do { pending.answer(try await fs.read(handle, offset: offset, size: size)) } catch {
-                pending.fail((error as? FSError)?.errno ?? EIO)
-            }
-        }
+        fs.read(handle, offset: offset, size: size) { pending.answer($0) }
     }
 
     static func answer(_ reply: consuming ReadReply, _ result: FileSystem.ReadResult) {
@@ -311,6 +253,7 @@ protocol FailableReply: ~Copyable, Sendable {
 
 extension ReadReply: FailableReply {}
 extension OpenReply: FailableReply {}
+extension AttrReply: FailableReply {}
 
 /// A reply answered later from whichever thread gets there first: the others find it taken.
 final class PendingReply<Reply: FailableReply & ~Copyable>: Sendable {
@@ -325,17 +268,24 @@ final class PendingReply<Reply: FailableReply & ~Copyable>: Sendable {
 
 typealias PendingRead = PendingReply<ReadReply>
 typealias PendingOpen = PendingReply<OpenReply>
+typealias PendingAttributes = PendingReply<AttrReply>
 
 extension PendingReply where Reply == ReadReply {
-    func answer(_ result: FileSystem.ReadResult) {
+    func answer(_ result: Result<FileSystem.ReadResult, FSError>) {
         guard let reply = take() else { return }
-        FuseBridge.answer(reply, result)
+        switch result {
+        case .success(let ready): FuseBridge.answer(reply, ready)
+        case .failure(let error): reply.error(error.errno)
+        }
     }
 }
 
 extension PendingReply where Reply == OpenReply {
-    func answer(_ opened: FileSystem.Opened, _ fs: FileSystem) {
+    func answer(_ result: Result<FileSystem.Opened, FSError>, _ fs: FileSystem) {
         guard let reply = take() else { return }
-        FuseBridge.answer(reply, opened, fs)
+        switch result {
+        case .success(let opened): FuseBridge.answer(reply, opened, fs)
+        case .failure(let error): reply.error(error.errno)
+        }
     }
 }

@@ -3,6 +3,7 @@ import ItemModel
 import Logging
 import ServiceLifecycle
 import SyncEngine
+import VFS
 
 /// Delivers the engine's invalidations to the kernel from its own task: never inside a FUSE
 /// request and never under a lock a request needs (a notification can wait for the very
@@ -12,43 +13,22 @@ final class KernelInvalidator: MountObserver, Service {
     let sink: AsyncStream<[KernelInvalidation]>.Continuation
     let events: EventFanOut
     let notifier: @Sendable () -> KernelNotifier?
+    let listings: FolderListings
     let logger: Logger
 
-    init(events: EventFanOut, logger: Logger, notifier: @escaping @Sendable () -> KernelNotifier?) {
+    init(events: EventFanOut, listings: FolderListings, logger: Logger, notifier: @escaping @Sendable () -> KernelNotifier?) {
         (invalidations, sink) = AsyncStream.makeStream()
         self.events = events
+        self.listings = listings
         self.notifier = notifier
         self.logger = logger
     }
 
     func invalidate(_ invalidations: [KernelInvalidation]) {
+        // A name that changed changes its folder's listing: the folder's mtime moves with it.
         let folders = invalidations.compactMap { if case .entry(let parent, _) = $0 { parent } else { nil } }
-        if !folders.isEmpty {
-            let now = WallClock.now()
-            listingChanges.withLock { changed in
-                for folder in folders { changed[folder] = max(now, (changed[folder] ?? 0) + 1) }
-            }
-        }
+        listings.entriesChanged(in: folders, at: WallClock.now())
         sink.yield(invalidations)
-    }
-
-    // MARK: Cached listings
-    //
-    // The kernel keeps a folder's listing and checks it at the start of each listing against
-    // the folder's mtime, which it asks for again once its attributes were invalidated (libfuse's
-    // default `auto_inval_data`). Dropping the listing's pages is not enough on its own: an
-    // empty listing has no page, and a listing the daemon answered from a snapshot older than
-    // a change can be completed after that change's invalidation. So a folder whose entries the
-    // daemon changed shows, from then on, an mtime no older than that change (as a local folder
-    // would), and the kernel starts that folder's listing afresh.
-
-    /// When the daemon last changed each folder's entries. Kept in memory: a new mount starts
-    /// with no cached listing.
-    let listingChanges = Mutex<[Int64: Timestamp]>([:])
-
-    /// The mtime to show for a folder whose stored mtime is `stored`.
-    func folderModified(_ ino: Int64, stored: Timestamp) -> Timestamp {
-        max(stored, listingChanges.withLock { $0[ino] } ?? stored)
     }
 
     func event(_ event: MountEvent) { events.publish(event) }

@@ -111,12 +111,13 @@ public enum MountDaemon {
                                     freshToken: configuration.freshToken)
         let events = EventFanOut()
         let mountBox = Mutex<FuseMount?>(nil)
-        let invalidator = KernelInvalidator(events: events, logger: logger) { mountBox.withLock { $0?.notifier } }
+        let listings = FolderListings()
+        let invalidator = KernelInvalidator(events: events, listings: listings, logger: logger) { mountBox.withLock { $0?.notifier } }
         let engine = SyncEngine(
             store: store, remote: client, cache: try ContentCache(directory: configuration.accountDirectory + "/content"),
             configuration: EngineConfiguration(deviceName: configuration.deviceName, cacheLimit: configuration.cacheLimit),
             observer: invalidator, logger: logger)
-        let fs = FileSystem(engine: engine, identityToken: configuration.identityToken, logger: logger)
+        let fs = FileSystem(engine: engine, identityToken: configuration.identityToken, logger: logger, listings: listings)
 
         var options = MountOptions()
         options.fsName = "ubiq"
@@ -127,7 +128,7 @@ public enum MountDaemon {
         engine.dropLeftoverContent()
         let mount: FuseMount
         do {
-            mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs, invalidator: invalidator))
+            mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs))
         } catch {
             throw MountDaemonError.setup("cannot mount \(configuration.mountpoint): \(error)")
         }

@@ -76,8 +76,11 @@ public final class FileSystem: Sendable {
     /// Files whose kernel page cache may hold the bytes of a replaced version (read through a
     /// handle of an old copy): opens do not keep it until no such handle is left.
     let pagesOfOldCopies = Mutex<Set<Int64>>([])
+    /// Folders whose entries changed without a request of the kernel's.
+    let listings: FolderListings
 
-    public init(engine: SyncEngine, identityToken: String, logger: Logger) {
+    public init(engine: SyncEngine, identityToken: String, logger: Logger, listings: FolderListings = FolderListings()) {
+        self.listings = listings
         self.engine = engine
         self.store = engine.store
         self.cache = engine.cache
@@ -108,6 +111,7 @@ public final class FileSystem: Sendable {
         let l = live.withLock { $0[item.ino] }
         var item = item
         if let accessed = engine.unsavedAccess(item.ino) { item.lastAccess = max(item.lastAccess, accessed) }
+        if item.kind == .folder { item.modified = listings.modified(item.ino, stored: item.modified) }
         return NodeAttributes(item, liveSize: l?.size, liveModified: l?.modified)
     }
 
@@ -158,7 +162,7 @@ public final class FileSystem: Sendable {
     /// Entries from `offset` (an index into the snapshot; 0 is the first). A read at offset 0
     /// takes a new snapshot (the start of a listing, or a `rewinddir`); later offsets index into
     /// it, so they stay stable across the kernel's readdir calls.
-    public func readDirectory(_ handle: UInt64, from offset: Int) throws(FSError) -> ArraySlice<DirectoryEntry> {
+    public func readDirectory(_ handle: UInt64, from offset: Int) throws(FSError) -> LazyMapSequence<ArraySlice<DirectoryEntry>, DirectoryEntry> {
         guard let dir = handles.withLock({ $0.dirs[handle] }) else { throw .badHandle }
         var entries = dir.entries ?? []
         if dir.entries == nil || offset == 0 {
@@ -167,8 +171,14 @@ public final class FileSystem: Sendable {
             } catch { throw .io }
             handles.withLock { $0.dirs[handle]?.entries = entries }
         }
-        guard offset < entries.count else { return [] }
-        return entries[offset...]
+        // A change after the snapshot moves its folders' times (see `FolderListings`), as the
+        // kernel reads each entry; lazily, since it reads only as many as fit its buffer.
+        return entries[min(offset, entries.count)...].lazy.map { [listings] e in
+            guard e.attributes.kind == .folder else { return e }
+            var shown = e
+            shown.attributes.mtime = listings.modified(e.attributes.ino, stored: e.attributes.mtime)
+            return shown
+        }
     }
 
     public func closeDirectory(_ handle: UInt64) {
@@ -713,7 +723,10 @@ public final class FileSystem: Sendable {
         }
     }
 
-    public func rename(parent: Int64, name: [UInt8], newParent: Int64, newName: [UInt8], noReplace: Bool, exchange: Bool) throws(FSError) {
+    /// `whiteout` (RENAME_WHITEOUT, for overlay file systems) leaves a device node behind, which
+    /// the mount does not keep: refused.
+    public func rename(parent: Int64, name: [UInt8], newParent: Int64, newName: [UInt8], noReplace: Bool, exchange: Bool, whiteout: Bool = false) throws(FSError) {
+        if whiteout { throw .invalidArgument }
         if exchange { throw .invalidArgument }
         let from = try Self.name(name)
         let to = try Self.name(newName)
@@ -830,8 +843,6 @@ public final class FileSystem: Sendable {
             try w.enqueue(d.kind == .folder ? .createFolder : .content, ino: d.ino)
         }
     }
-
-    public func link() throws(FSError) { throw .notPermitted }
 
     // MARK: Extended attributes
 

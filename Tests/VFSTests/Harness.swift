@@ -198,11 +198,20 @@ struct Harness: Sendable {
         try fs.makeDirectory(parent: parent, name: n(name), mode: 0o755, uid: getuid(), gid: getgid()).ino
     }
 
-    /// open(O_RDONLY) + read everything + release.
+    /// open(O_RDONLY) + read everything + release, through the entry points the FUSE bridge calls.
     func read(_ ino: Int64) async throws -> [UInt8] {
-        let opened = try await fs.open(ino, flags: O_RDONLY)
+        let opened = try await openAsTheKernel(ino, flags: O_RDONLY)
         defer { fs.release(opened.handle) }
         return try await readAll(opened.handle, size: opened.attributes.size)
+    }
+
+    /// The open the FUSE bridge makes: answered at once, by the thread that lands the first
+    /// bytes, or from a task.
+    func openAsTheKernel(_ ino: Int64, flags: Int32) async throws(FSError) -> FileSystem.Opened {
+        let answer = await withCheckedContinuation { continuation in
+            fs.open(ino, flags: flags) { continuation.resume(returning: $0) }
+        }
+        return try answer.get()
     }
 
     func readAll(_ handle: UInt64, size: Int64) async throws -> [UInt8] {
@@ -215,23 +224,26 @@ struct Harness: Sendable {
         return out
     }
 
-    /// One read, its bytes taken at once (as the kernel copies them when the reply goes out).
+    /// One read through the entry point the FUSE bridge calls, its bytes taken in the answer
+    /// (as the kernel copies them when the reply goes out).
     func readRange(_ handle: UInt64, offset: Int64, size: Int) async throws -> [UInt8] {
-        // As the FUSE bridge does: at once when the bytes are here, else in a task.
-        let ready: FileSystem.ReadResult
-        if let local = try fs.readIfLocal(handle, offset: offset, size: size) {
-            ready = local
-        } else {
-            ready = try await fs.read(handle, offset: offset, size: size)
+        let taken: Result<[UInt8], any Error> = await withCheckedContinuation { continuation in
+            fs.read(handle, offset: offset, size: size) { answer in
+                continuation.resume(returning: answer.mapError { $0 as any Error }.flatMap(Self.bytes))
+            }
         }
+        return try taken.get()
+    }
+
+    static func bytes(_ ready: FileSystem.ReadResult) -> Result<[UInt8], any Error> {
         switch ready {
         case .bytes(let bytes):
-            return bytes
+            return .success(bytes)
         case .file(let fd, let at, let count):
             var buffer = [UInt8](repeating: 0, count: count)
             let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(at)) }
-            guard got >= 0 else { throw TestSupportError("pread failed: errno \(errno)") }
-            return Array(buffer.prefix(got))
+            guard got >= 0 else { return .failure(TestSupportError("pread failed: errno \(errno)")) }
+            return .success(Array(buffer.prefix(got)))
         }
     }
 

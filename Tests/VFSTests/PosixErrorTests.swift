@@ -134,11 +134,16 @@ struct PosixErrorTests {
         #expect(try await state(h) == before)
     }
 
-    @Test("hard links are not permitted: EPERM", arguments: StoreSetup.allCases)
+    @Test("hard and symbolic links are not permitted (EPERM), readlink is EINVAL, a whiteout rename EINVAL", arguments: StoreSetup.allCases)
     func link(_ setup: StoreSetup) throws {
         let h = try setUp(setup)
         defer { h.close() }
-        #expect(errnoOf { try h.fs.link() } == EPERM)
+        let file = try h.writeNewFile("f", [1])
+        #expect(errnoOf { try h.fs.link(file, newParent: rootIno, newName: n("g")) } == EPERM)
+        #expect(errnoOf { try h.fs.symlink(target: n("f"), parent: rootIno, name: n("s")) } == EPERM)
+        #expect(errnoOf { try h.fs.readlink(file) } == EINVAL)
+        #expect(errnoOf { try h.fs.rename(parent: rootIno, name: n("f"), newParent: rootIno, newName: n("w"), noReplace: false, exchange: false, whiteout: true) } == EINVAL)
+        #expect(try h.fs.lookup(parent: rootIno, name: n("f")) != nil)
     }
 
     @Test("open of a folder is EISDIR, opendir of a file ENOTDIR", arguments: StoreSetup.allCases)
