@@ -1,0 +1,10 @@
+import SyncAPI
+
+func describe(_ error: RemoteError) -> String {
+    switch error {
+    case .unreachable: "the server cannot be reached"
+    case .unauthorized: "the server refused the login token"
+    case .refused(_, let message, _): message
+    case .protocolError(let m): m
+    }
+}
