@@ -1,7 +1,6 @@
 import Foundation
 import Hummingbird
 import ItemModel
-import LocalState
 import Logging
 import SyncAPI
 import SyncEngine
@@ -56,14 +55,11 @@ struct ControlServer {
         let clock = ContinuousClock()
         let deadline = clock.now + limit
         while clock.now < deadline {
-            if try engine.store.read({ try $0.outboxCount() }) == 0 { break }
+            if try engine.unsentChanges(listing: 0).count == 0 { break }
             try await Task.sleep(for: .milliseconds(20))
         }
-        return try engine.store.read { r in
-            let pending = try r.outbox(limit: 1000)
-            let paths = try pending.prefix(20).compactMap { try r.path(of: $0.ino) }
-            return FlushReport(pending: pending.count, paths: paths)
-        }
+        let unsent = try engine.unsentChanges(listing: 20)
+        return FlushReport(pending: unsent.count, paths: unsent.paths)
     }
 }
 

@@ -1,7 +1,6 @@
 import FuseKit
 import Glibc
 import ItemModel
-import LocalState
 import PageCache
 import Synchronization
 import VFS

@@ -236,6 +236,14 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// The changes still to send: how many, and the paths of the first `listing` of them.
+    public func unsentChanges(listing limit: Int) throws -> (count: Int, paths: [String]) {
+        try store.read { r in
+            let pending = try r.outbox(limit: 1000)
+            return (pending.count, try pending.prefix(limit).compactMap { try r.path(of: $0.ino) })
+        }
+    }
+
     public var isConnected: Bool { state.withLock { $0.connected } }
 
     public func transfer(_ ino: Int64) -> (uploading: Bool, uploadPercent: Int?, downloadPercent: Int?) {
