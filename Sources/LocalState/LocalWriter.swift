@@ -1,0 +1,181 @@
+import Foundation
+import GRDB
+import ItemModel
+
+/// Write access inside one transaction: everything done through one writer commits together.
+public struct LocalWriter {
+    let db: Database
+    public var reader: LocalReader { LocalReader(db: db) }
+
+    @discardableResult
+    public func insert(_ item: LocalItem) throws -> LocalItem {
+        var item = item
+        try db.cachedStatement(sql: """
+            INSERT INTO items (item_id, parent, name, kind, size, mode, uid, gid, created, modified, changed, xattrs,
+                revision, server_digest, content, cached_bytes, pinned, last_access, download_error, upload_error)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: item.columnValues)
+        item.ino = db.lastInsertedRowID
+        return item
+    }
+
+    /// Moves an item's last access forward (never back).
+    public func noteAccess(_ ino: Int64, at time: Timestamp) throws {
+        try db.cachedStatement(sql: "UPDATE items SET last_access = MAX(last_access, ?) WHERE ino = ?").execute(arguments: [time, ino])
+    }
+
+    public func update(_ item: LocalItem) throws {
+        try db.cachedStatement(sql: """
+            UPDATE items SET item_id = ?, parent = ?, name = ?, kind = ?, size = ?, mode = ?, uid = ?, gid = ?, created = ?,
+                modified = ?, changed = ?, xattrs = ?, revision = ?, server_digest = ?, content = ?, cached_bytes = ?,
+                pinned = ?, last_access = ?, download_error = ?, upload_error = ? WHERE ino = ?
+            """).execute(arguments: item.columnValues + [item.ino])
+    }
+
+    /// A folder's times, after its entries changed. Only these two columns: a whole-row
+    /// `update` rewrites the row's entries in both name indexes too (each a page in the WAL)
+    /// and encodes its xattrs, on every create and remove in the folder.
+    public func setFolderTimes(_ ino: Int64, modified: Timestamp, changed: Timestamp) throws {
+        try db.cachedStatement(sql: "UPDATE items SET modified = ?, changed = ? WHERE ino = ?").execute(arguments: [modified, changed, ino])
+    }
+
+    /// The columns a close of a written file changes (size, times, content state, upload
+    /// error), and only those: see `setFolderTimes`.
+    public func updateContentState(_ item: LocalItem) throws {
+        try db.cachedStatement(sql: """
+            UPDATE items SET size = ?, modified = ?, changed = ?, content = ?, cached_bytes = ?, upload_error = ? WHERE ino = ?
+            """).execute(arguments: [item.size, item.modified, item.changed, item.content.rawValue, item.cachedBytes, item.uploadError, item.ino])
+    }
+
+    public func delete(_ ino: Int64) throws {
+        try db.cachedStatement(sql: "DELETE FROM items WHERE ino = ?").execute(arguments: [ino])
+        try db.cachedStatement(sql: "DELETE FROM xattr_changes WHERE ino = ?").execute(arguments: [ino])
+    }
+
+    /// Records that the synced attribute `name` of `ino` was set or removed on this device.
+    public func noteXattrChange(_ ino: Int64, name: String) throws {
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO xattr_changes (ino, name) VALUES (?, ?)").execute(arguments: [ino, name])
+    }
+
+    /// Forgets changed attribute names that the server now holds as this device does.
+    public func settleXattrChanges(_ ino: Int64, _ names: some Sequence<String>) throws {
+        for name in names {
+            try db.cachedStatement(sql: "DELETE FROM xattr_changes WHERE ino = ? AND name = ?").execute(arguments: [ino, name])
+        }
+    }
+
+    /// Queues an op unless the same op for the same item is already waiting (ops use the
+    /// item's state when they are sent, so one is enough).
+    public func enqueue(_ op: OutboxOp, ino: Int64, itemID: ItemID? = nil, revision: Revision? = nil) throws {
+        if op != .delete {
+            // The op is written into the SQL, one cached statement per op, not bound: with
+            // `op = ?`, SQLite weighs the partial index on deletions (WHERE op = 'delete')
+            // against each bound value and compiles the statement again whenever the op differs
+            // from the last one, which was 8 % of a FUSE thread's time in `mkdir`.
+            let waiting = try Int.fetchOne(
+                try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox WHERE ino = ? AND op = '\(op.rawValue)' AND attempts = 0"),
+                arguments: [ino]) ?? 0
+            if waiting > 0 { return }
+        }
+        try db.cachedStatement(sql: "INSERT INTO outbox (ino, op, item_id, revision) VALUES (?, ?, ?, ?)").execute(
+            arguments: [ino, op.rawValue, itemID?.rawValue, revision?.rawValue])
+    }
+
+    public func dequeue(_ seq: Int64) throws {
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE seq = ?").execute(arguments: [seq])
+    }
+
+    /// Drops what is queued about the item `ino`, except deletions: a deletion is always of a
+    /// server item the row no longer stands for (the row itself is gone, or a safe save gave it
+    /// another identity), and it must still go, whatever happens to the row later.
+    public func dropOps(for ino: Int64) throws {
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ? AND op != 'delete'").execute(arguments: [ino])
+    }
+
+    /// Asks for the content of the files `inos` (see `requestedNeedingContent`).
+    public func requestDownload(_ inos: [Int64]) throws {
+        // Only rows still there: a file deleted since the caller read it is skipped (a foreign
+        // key failure would fail the whole request).
+        let statement = try db.cachedStatement(sql: "INSERT OR IGNORE INTO download_requests (ino) SELECT ino FROM items WHERE ino = ?")
+        for ino in inos { try statement.execute(arguments: [ino]) }
+    }
+
+    /// The request for `ino`'s content is done with: it arrived, was evicted, or cannot come.
+    public func dropDownloadRequest(_ ino: Int64) throws {
+        try db.cachedStatement(sql: "DELETE FROM download_requests WHERE ino = ?").execute(arguments: [ino])
+    }
+
+    /// Recorded before an upload (a create or a new version) of the file `ino` with content
+    /// `digest` is sent: if it lands and its answer is lost (a crash), the server's content is
+    /// then known to be this device's. (The table is named for creates, its first use.)
+    public func noteContentSent(_ ino: Int64, digest: ContentDigest) throws {
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO sent_creates (ino, digest) VALUES (?, ?)").execute(arguments: [ino, digest.hex])
+    }
+
+    /// A create or upload of the item is answered: the contents and places sent before no
+    /// longer matter.
+    public func forgetSentContents(of ino: Int64) throws {
+        try db.cachedStatement(sql: "DELETE FROM sent_creates WHERE ino = ?").execute(arguments: [ino])
+        try db.cachedStatement(sql: "DELETE FROM first_create_places WHERE ino = ?").execute(arguments: [ino])
+    }
+
+    /// Recorded before a create of `ino` is sent: the folder and name it goes with, unless an
+    /// earlier create's are kept already (see `firstCreatePlace`). Forgotten with the sent
+    /// contents, once an answer is recorded.
+    public func noteCreateSent(_ ino: Int64, parentID: ItemID, name: String) throws {
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO first_create_places (ino, parent_id, name) VALUES (?, ?, ?)")
+            .execute(arguments: [ino, parentID.rawValue, name])
+    }
+
+    /// Drops the queued uploads of the file `ino`: a write into it failed, and the version an
+    /// earlier close queued is no longer what the file holds.
+    public func dropUploads(of ino: Int64) throws {
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE ino = ? AND op = 'content'").execute(arguments: [ino])
+    }
+
+    /// Marks an op as being sent: from now on a new change of the same kind gets its own op
+    /// instead of being folded into this one (which carries the state read before the change).
+    public func markStarted(_ seq: Int64) throws {
+        try db.cachedStatement(sql: "UPDATE outbox SET attempts = attempts + 1 WHERE seq = ?").execute(arguments: [seq])
+    }
+
+    public func deferOp(_ seq: Int64, error: String, until: Timestamp) throws {
+        try db.cachedStatement(sql: "UPDATE outbox SET last_error = ?, not_before = ? WHERE seq = ?").execute(
+            arguments: [error, until, seq])
+    }
+
+    /// A queued deletion of `id` must carry the revision our own in-flight change just made.
+    public func updatePendingDelete(of id: ItemID, revision: Revision) throws {
+        try db.cachedStatement(sql: "UPDATE outbox SET revision = ? WHERE op = 'delete' AND item_id = ?").execute(arguments: [revision.rawValue, id.rawValue])
+    }
+
+    public func holdChange(_ id: ItemID, revision: Revision, json: Data) throws {
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO held_changes (item_id, revision, json) VALUES (?, ?, ?)").execute(
+            arguments: [id.rawValue, revision.rawValue, json])
+    }
+
+    public func dropHeldChange(_ id: ItemID) throws {
+        try db.cachedStatement(sql: "DELETE FROM held_changes WHERE item_id = ?").execute(arguments: [id.rawValue])
+    }
+
+    public func addOrphan(_ id: ItemID, parent: ItemID, json: Data) throws {
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO orphans (item_id, parent_id, json) VALUES (?, ?, ?)").execute(
+            arguments: [id.rawValue, parent.rawValue, json])
+    }
+
+    public func removeOrphan(_ id: ItemID) throws {
+        try db.cachedStatement(sql: "DELETE FROM orphans WHERE item_id = ?").execute(arguments: [id.rawValue])
+    }
+
+    public func addTombstone(_ id: ItemID, revision: Revision) throws {
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO tombstones (item_id, revision) VALUES (?, ?)").execute(arguments: [id.rawValue, revision.rawValue])
+    }
+
+    public func removeTombstone(_ id: ItemID) throws {
+        try db.cachedStatement(sql: "DELETE FROM tombstones WHERE item_id = ?").execute(arguments: [id.rawValue])
+    }
+
+    public func setMeta(_ key: String, _ value: String) throws {
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)").execute(arguments: [key, value])
+    }
+}

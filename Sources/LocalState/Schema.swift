@@ -1,0 +1,116 @@
+import Foundation
+import GRDB
+
+extension LocalStore {
+    static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE items (
+                    ino INTEGER PRIMARY KEY AUTOINCREMENT,
+                    item_id TEXT NOT NULL UNIQUE,
+                    parent INTEGER REFERENCES items(ino),
+                    name TEXT NOT NULL,
+                    kind TEXT NOT NULL CHECK (kind IN ('file', 'folder')),
+                    size INTEGER NOT NULL CHECK (size >= 0),
+                    mode INTEGER NOT NULL,
+                    uid INTEGER NOT NULL,
+                    gid INTEGER NOT NULL,
+                    created INTEGER NOT NULL,
+                    modified INTEGER NOT NULL,
+                    changed INTEGER NOT NULL,
+                    xattrs BLOB NOT NULL,
+                    revision TEXT,
+                    server_digest TEXT,
+                    content TEXT NOT NULL CHECK (content IN ('placeholder', 'partial', 'current', 'stale', 'dirty')),
+                    cached_bytes INTEGER NOT NULL DEFAULT 0,
+                    pinned INTEGER NOT NULL DEFAULT 0,
+                    last_access INTEGER NOT NULL DEFAULT 0,
+                    download_error TEXT,
+                    upload_error TEXT,
+                    CHECK ((parent IS NULL) = (ino = 1))
+                );
+                CREATE UNIQUE INDEX items_by_name ON items(parent, name);
+                CREATE TABLE outbox (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    ino INTEGER NOT NULL,
+                    op TEXT NOT NULL,
+                    item_id TEXT,
+                    revision TEXT,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    last_error TEXT,
+                    not_before INTEGER NOT NULL DEFAULT 0
+                );
+                CREATE INDEX outbox_by_ino ON outbox(ino);
+                -- Remote items whose parent has not arrived yet (the change log may list a child
+                -- before a parent that changed later).
+                CREATE TABLE orphans (
+                    item_id TEXT PRIMARY KEY NOT NULL,
+                    parent_id TEXT NOT NULL,
+                    json BLOB NOT NULL
+                );
+                CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+                """)
+            let now = Int64(Date().timeIntervalSince1970 * 1e9)
+            try db.execute(
+                sql: """
+                    INSERT INTO items (ino, item_id, parent, name, kind, size, mode, uid, gid, created, modified, changed, xattrs, content)
+                    VALUES (1, 'root', NULL, '', 'folder', 0, 493, 0, 0, ?, ?, ?, x'7b7d', 'current')
+                    """,
+                arguments: [now, now, now])
+        }
+        m.registerMigration("v2: tombstones") { db in
+            // Items this device deleted on the server, until the deletion's own echo arrives:
+            // an older state of them still on its way must not bring them back.
+            try db.execute(sql: "CREATE TABLE tombstones (item_id TEXT PRIMARY KEY NOT NULL, revision TEXT NOT NULL)")
+        }
+        m.registerMigration("v3: indexes for per-change questions") { db in
+            // Asked after every close (pins to download) and for every incoming change (a
+            // deletion on its way): without these, each was a scan of every item or every
+            // queued change. Partial indexes: only the few rows that answer yes are in them.
+            try db.execute(sql: """
+                CREATE INDEX items_pinned_needing_content ON items(ino)
+                    WHERE kind = 'file' AND pinned = 1 AND content IN ('placeholder', 'partial', 'stale');
+                CREATE INDEX outbox_deletes_by_item ON outbox(item_id) WHERE op = 'delete';
+                """)
+        }
+        m.registerMigration("v4: attribute names changed here") { db in
+            // The names of the synced attributes changed on this device and not yet on the
+            // server. A change refused because the item changed on the server meanwhile then
+            // merges name by name: these from here, every other name from the server.
+            try db.execute(sql: "CREATE TABLE xattr_changes (ino INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY (ino, name)) WITHOUT ROWID")
+        }
+        m.registerMigration("v5: contents sent in creates") { db in
+            // The digests this device sent in creates of a file whose answer it has not
+            // recorded. When such a create landed and its answer was lost (a crash, a dropped
+            // connection) and the file changed here since, the retry is refused (the id is
+            // taken): the server's item is ours if it holds one of these.
+            try db.execute(sql: "CREATE TABLE sent_creates (ino INTEGER NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (ino, digest)) WITHOUT ROWID")
+        }
+        m.registerMigration("v6: download requests") { db in
+            // Files `ubiq download` (startDownloadingUbiquitousItem) asked for and that are not
+            // here yet: the background downloads them a few at a time, also after a restart.
+            try db.execute(sql: "CREATE TABLE download_requests (ino INTEGER PRIMARY KEY REFERENCES items(ino) ON DELETE CASCADE)")
+        }
+        m.registerMigration("v7: place of the first create sent") { db in
+            // The folder and name the first create of an item went with, until an answer is
+            // recorded. When a create landed, its answer was lost and another device then
+            // moved the item, the retry is refused (the server's item no longer matches it):
+            // a server place other than this one was chosen elsewhere. Only the first: a retry
+            // sent after a rename here may be the one refused, and never landed.
+            try db.execute(sql: "CREATE TABLE first_create_places (ino INTEGER PRIMARY KEY, parent_id TEXT NOT NULL, name TEXT NOT NULL)")
+            // Items whose create may have gone before this table existed: their first place is
+            // unknown, which an empty name (never a real one) stands for, so that a retry does
+            // not take itself for the first create.
+            try db.execute(sql: "INSERT INTO first_create_places (ino, parent_id, name) SELECT ino, '', '' FROM items WHERE revision IS NULL AND ino != 1")
+        }
+        m.registerMigration("v8: server changes held for an answer") { db in
+            // The newest server change of an item that arrived while this device's own change
+            // of it was unanswered. The feed leaves such an item to the answer, but an answer
+            // made before another device's change does not hold it, and the feed has moved
+            // past it: applied once the answer is recorded, if it is newer.
+            try db.execute(sql: "CREATE TABLE held_changes (item_id TEXT PRIMARY KEY NOT NULL, revision TEXT NOT NULL, json BLOB NOT NULL)")
+        }
+        return m
+    }
+}
