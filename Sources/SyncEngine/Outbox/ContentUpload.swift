@@ -8,7 +8,9 @@ import SyncAPI
 extension SyncEngine {
     static let dedupThreshold: Int64 = 1 << 20
 
-    func sendContent(_ item: LocalItem, parentID: ItemID, seq: Int64) async throws -> Outcome {
+    /// Uploads a snapshot of the file's content, never the live cache file, in the create of a
+    /// new file or the update of an existing one, and records the answer (`finishUpload`).
+    func uploadSnapshot(_ item: LocalItem, parentID: ItemID, seq: Int64) async throws -> Outcome {
         if item.content != .dirty && item.revision != nil { return .done }
         // A write after this (a writer that opens and truncates) changes the generation, and
         // the snapshot is then not sent.

@@ -8,12 +8,15 @@ import SyncAPI
 /// sent as its operation asks (a folder's create, content, a move or attribute change, a
 /// deletion).
 extension SyncEngine {
-    func runToCompletion(_ entry: OutboxEntry) async -> Outcome {
-        var outcome = await run(entry)
+    /// `sendGuardingLoops`, repeated at once while it answers `.again` (ten more times at
+    /// most): what a first try had to do first (rebase, move a name's holder aside) is followed
+    /// by the request itself now, not on a later pass.
+    func sendRetryingAtOnce(_ entry: OutboxEntry) async -> Outcome {
+        var outcome = await sendGuardingLoops(entry)
         var rounds = 0
         while case .again = outcome, rounds < 10 {
             rounds += 1
-            outcome = await run(entry)
+            outcome = await sendGuardingLoops(entry)
         }
         return outcome
     }
@@ -30,24 +33,30 @@ extension SyncEngine {
     static let maxNesting = 512
     public static let loopOfWaits = "requests wait on one another in a loop"
 
-    func run(_ entry: OutboxEntry) async -> Outcome {
+    /// `sendMarkingStarted`, one level deeper in `nesting`, unless the entry is an upload held
+    /// for a writer, or the chain of waits up this call is `maxNesting` deep (a loop of waits:
+    /// reported, and the entry is tried again later).
+    func sendGuardingLoops(_ entry: OutboxEntry) async -> Outcome {
         // Before it is marked started, so that the writer's close joins this entry instead of
-        // queueing another (sendContent checks again, race-free).
+        // queueing another (uploadSnapshot checks again, race-free).
         if entry.op == .content && uploadableGeneration(entry.ino) == nil { return .heldForWriter }
         guard Self.nesting < Self.maxNesting else {
             logger.error("\(Self.loopOfWaits)", metadata: ["item.ino": "\(entry.ino)", "op": "\(entry.op)"])
             observer.event(MountEvent(kind: "uploadError", path: try? store.read { try $0.path(of: entry.ino) }, detail: Self.loopOfWaits))
             return .later(Self.loopOfWaits, after: .seconds(1), offline: false)
         }
-        return await Self.$nesting.withValue(Self.nesting + 1) { await runNested(entry) }
+        return await Self.$nesting.withValue(Self.nesting + 1) { await sendMarkingStarted(entry) }
     }
 
-    private func runNested(_ entry: OutboxEntry) async -> Outcome {
+    /// `sendByOperation`, with the entry marked started and its item uploading meanwhile: the
+    /// entry is dequeued once done, and an error becomes a try later (offline when the server
+    /// cannot be reached).
+    private func sendMarkingStarted(_ entry: OutboxEntry) async -> Outcome {
         state.withLock { _ = $0.uploading.insert(entry.ino) }
         defer { state.withLock { s in s.uploading.remove(entry.ino); s.uploadProgress[entry.ino] = nil } }
         do {
             try store.write { w in try w.markStarted(entry.seq) }
-            let outcome = try await send(entry)
+            let outcome = try await sendByOperation(entry)
             // An upload's entry goes in the transaction that records its result; others here.
             if case .done = outcome, try store.read({ try $0.outboxEntry(entry.seq) }) != nil {
                 try store.write { w in try w.dequeue(entry.seq) }
@@ -62,7 +71,11 @@ extension SyncEngine {
         }
     }
 
-    func send(_ entry: OutboxEntry) async throws -> Outcome {
+    /// The request the entry's operation needs: a deletion (`sendDelete`), or, once the item's
+    /// folder is on the server (`parentOnServer`), a folder's create, the content
+    /// (`uploadSnapshot`), a move, or a change of mode and times or of extended attributes. A
+    /// refusal goes to its handling.
+    func sendByOperation(_ entry: OutboxEntry) async throws -> Outcome {
         if entry.op == .delete { return try await sendDelete(entry) }
         guard let item = try store.read({ try $0.item(entry.ino) }) else { return .done }
         if try store.read({ try $0.isExcluded(item.ino) }) { return .done }
@@ -93,7 +106,7 @@ extension SyncEngine {
             if followUps { outboxSignal.yield() }
             return .done
         case .content:
-            return try await sendContent(item, parentID: parentID, seq: entry.seq)
+            return try await uploadSnapshot(item, parentID: parentID, seq: entry.seq)
         case .move, .attributes, .xattrs:
             guard let base = item.revision else { return .done }  // its create carries everything
             do {
@@ -136,8 +149,8 @@ extension SyncEngine {
         if parent.revision != nil { return parent.itemID }
         let pending = try store.read { r in try r.queuedEntry(.createFolder, of: parentIno) }
         guard let pending, pending.notBefore <= Self.now() else { return nil }
-        // To completion: a create that first had to move a name's holder aside goes at once.
-        let outcome = await runToCompletion(pending)
+        // Retried at once: a create that first had to move a name's holder aside goes at once.
+        let outcome = await sendRetryingAtOnce(pending)
         guard case .done = outcome else { return nil }
         return try store.read { try $0.item(parentIno) }.flatMap { $0.revision != nil ? $0.itemID : nil }
     }

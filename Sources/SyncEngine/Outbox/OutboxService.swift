@@ -149,9 +149,9 @@ extension SyncEngine {
                     running += 1
                     let small = shape == .smallCreate
                     if small { smallRunning += 1 }
-                    tasks.addTask { Finished(small: small, results: group.count > 1 ? await self.sendBatch(group) : await self.sendAlone(group, into: [])) }
+                    tasks.addTask { Finished(small: small, results: group.count > 1 ? await self.sendBatch(group) : await self.sendOneByOne(group, into: [])) }
                 } else if running == 0 {
-                    settle(await sendAlone([batch.removeFirst()], into: []))
+                    settle(await sendOneByOne([batch.removeFirst()], into: []))
                 } else {
                     // The window is full, or the next entry must go alone: wait for a slot.
                     _ = await waitForOne()

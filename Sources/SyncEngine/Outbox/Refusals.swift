@@ -101,15 +101,15 @@ extension SyncEngine {
     func sendPendingDelete(of id: ItemID?, for ino: Int64) async throws -> Bool {
         guard let id else { return false }
         if let entry = try store.read({ try $0.queuedDelete(of: id) }) {
-            if case .done = await run(entry) { return true }
+            if case .done = await sendGuardingLoops(entry) { return true }
             return false
         }
         guard let blocker = try store.read({ try $0.item(id: id) }),
               let move = try store.read({ try $0.queuedEntry(.move, of: blocker.ino, dueBy: Self.now()) })
         else { return false }
-        // To completion: a move that first had to break a cycle (see `waitingMoves`) is sent
+        // Retried at once: a move that first had to break a cycle (see `waitingMoves`) is sent
         // again at once, and the name it frees serves the waiting request now, not a second later.
-        let sent = await Self.$waitingMoves.withValue(Self.waitingMoves.union([ino])) { await runToCompletion(move) }
+        let sent = await Self.$waitingMoves.withValue(Self.waitingMoves.union([ino])) { await sendRetryingAtOnce(move) }
         if case .done = sent { return true }
         return false
     }
