@@ -83,7 +83,7 @@ extension SyncEngine {
                     return (entry, item, parentID)
                 }
             }
-            // Held for a writer (see `run`): not marked started, so that the writer's close joins
+            // Held for a writer (see `sendGuardingLoops`): not marked started, so that the writer's close joins
             // its entry. (Checked again, race-free, below.)
             var heldNow: Set<Int> = []
             for (index, e) in current.enumerated() {
@@ -112,7 +112,7 @@ extension SyncEngine {
                     results.append((entry.seq, entry.ino, .heldForWriter))
                     continue
                 }
-                // A snapshot in memory, never the live file (see sendContent).
+                // A snapshot in memory, never the live file (see uploadSnapshot).
                 guard let bytes = try cache.readWhole(item.ino, limit: SyncProtocol.maxInlineContent),
                       contentBytes + bytes.count <= SyncProtocol.maxBatchContent
                 else {
@@ -127,13 +127,13 @@ extension SyncEngine {
             }
         } catch {
             // The local database or cache failed: each goes alone and meets the error there.
-            return await sendAlone(entries.filter { e in !results.contains { $0.seq == e.seq } }, into: results)
+            return await sendOneByOne(entries.filter { e in !results.contains { $0.seq == e.seq } }, into: results)
         }
         // Changed while being read: the single path snapshots it again.
         let (unchanged, changed) = prepared.partitioned { p in writeGeneration(p.item.ino) == p.generation }
         alone += changed.map(\.entry)
         prepared = unchanged
-        if prepared.isEmpty { return await sendAlone(alone, into: results) }
+        if prepared.isEmpty { return await sendOneByOne(alone, into: results) }
 
         let inos = prepared.map(\.item.ino)
         state.withLock { s in for ino in inos { s.uploading.insert(ino) } }
@@ -153,7 +153,7 @@ extension SyncEngine {
             return results + prepared.map { ($0.entry.seq, $0.entry.ino, later) } + alone.map { ($0.seq, $0.ino, nil) }
         } catch {
             // The batch as a whole was refused: each file goes alone and meets its own answer.
-            return await sendAlone(prepared.map(\.entry) + alone, into: results)
+            return await sendOneByOne(prepared.map(\.entry) + alone, into: results)
         }
 
         var created: [(PreparedCreate, ItemMetadata)] = []
@@ -184,7 +184,7 @@ extension SyncEngine {
             let later = Outcome.later("\(error)", after: .seconds(5), offline: false)
             results += created.map { ($0.0.entry.seq, $0.0.entry.ino, later) }
         }
-        return await sendAlone(alone, into: results)
+        return await sendOneByOne(alone, into: results)
     }
 
     /// The create of a new file as it goes up, alone or in a batch.
@@ -198,14 +198,14 @@ extension SyncEngine {
     /// The single path, one after another: for an entry that goes alone, and for those a batch
     /// could not carry. Each is read again first: sent or dropped meanwhile (an earlier entry's
     /// handling may do either), or updated (a deletion's base revision).
-    func sendAlone(_ entries: [OutboxEntry], into results: [EntryResult]) async -> [EntryResult] {
+    func sendOneByOne(_ entries: [OutboxEntry], into results: [EntryResult]) async -> [EntryResult] {
         var results = results
         for entry in entries {
             guard let current = try? store.read({ try $0.outboxEntry(entry.seq) }) else {
                 results.append((entry.seq, entry.ino, nil))
                 continue
             }
-            results.append((current.seq, current.ino, await runToCompletion(current)))
+            results.append((current.seq, current.ino, await sendRetryingAtOnce(current)))
         }
         return results
     }

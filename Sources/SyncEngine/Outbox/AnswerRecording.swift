@@ -1,0 +1,114 @@
+import Foundation
+import ItemModel
+import LocalState
+
+/// The server's answers recorded in the local rows: the new revision, what changed here while
+/// the request was in flight, and the server's state rebased under what is still queued.
+extension SyncEngine {
+    /// A create went up with the item's name and place at that moment. If the item was renamed,
+    /// moved or deleted while the request was in flight, send that too: the local rename or
+    /// delete found no server item to change then.
+    /// Inside a transaction; true when something was queued.
+    func followUpCreate(_ sent: LocalItem, _ created: ItemMetadata, _ w: LocalWriter) throws -> Bool {
+        guard let now = try w.reader.item(sent.ino), now.itemID == created.id else {
+            // Deleted meanwhile: its deletion is queued already (see FileSystem.deleteRow).
+            if try !w.reader.hasPendingDelete(of: created.id) {
+                try w.enqueue(.delete, ino: sent.ino, itemID: created.id, revision: created.revision)
+                return true
+            }
+            return false
+        }
+        var queued = false
+        if now.name != sent.name || now.parent != sent.parent { try w.enqueue(.move, ino: sent.ino); queued = true }
+        if now.mode != sent.mode || now.modified != sent.modified { try w.enqueue(.attributes, ino: sent.ino); queued = true }
+        if now.xattrs != sent.xattrs { try w.enqueue(.xattrs, ino: sent.ino); queued = true }
+        return queued
+    }
+
+    /// Records the server's answer: the new revision (and nothing that would undo local edits made since).
+    @discardableResult
+    func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, sentFrom: Revision? = nil) throws -> Outcome {
+        try store.write { w in try adoptMetadata(ino, result, sentFrom: sentFrom, w) }
+        return .done
+    }
+
+    func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, sentFrom: Revision? = nil, _ w: LocalWriter) throws {
+        guard var now = try w.reader.item(ino) else {
+            try w.updatePendingDelete(of: result.id, revision: result.revision)
+            try passToSuccessor(result, sentFrom: sentFrom, w)
+            return
+        }
+        guard now.itemID == result.id else { return }
+        now.revision = result.revision
+        try settleXattrChanges(now, heldByServer: result, w)
+        try takeServerContent(&now, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes))
+        now.uploadError = nil
+        try w.update(now)
+    }
+
+    /// A safe save gave the item's identity to another row (see `FileSystem.rename`) while a
+    /// request about the replaced file was in flight: that row took the revision the request
+    /// was sent from, and takes the one it made now. Otherwise the save would go up from the
+    /// older revision and the server would refuse it as a conflict with this device's own edit.
+    func passToSuccessor(_ result: ItemMetadata, sentFrom base: Revision?, _ w: LocalWriter) throws {
+        guard let base, var successor = try w.reader.item(id: result.id), successor.revision == base else { return }
+        successor.revision = result.revision
+        successor.serverDigest = result.digest
+        try w.update(successor)
+    }
+
+    /// Attributes the server now holds as this device does are no longer changes of ours.
+    func settleXattrChanges(_ now: LocalItem, heldByServer result: ItemMetadata, _ w: LocalWriter) throws {
+        let changed = try w.reader.xattrChanges(of: now.ino)
+        if !changed.isEmpty { try w.settleXattrChanges(now.ino, changed.filter { now.xattrs[$0] == result.xattrs[$0] }) }
+    }
+
+    static func mergeXattrs(server: [String: Data], local: [String: Data], changedHere: Set<String>) -> [String: Data] {
+        var merged = server
+        for name in changedHere { merged[name] = local[name] }
+        return merged
+    }
+
+    /// `takeServerFolder`: the server's folder wins even over a queued local move, whose name
+    /// still goes up (`keepServerFolder`).
+    func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false, takeServerFolder: Bool = false) throws {
+        let inval = try store.write { w -> [KernelInvalidation] in
+            guard var item = try w.reader.item(ino) else { return [] }
+            var out: [KernelInvalidation] = [.inode(ino)]
+            // What changed on the server applies here too, except what a local change still
+            // queued will send (the feed skipped those changes while this one waited). The
+            // server's name and place win unless a local move is queued; its mode unless a
+            // local chmod or touch is; its attributes unless a local change of them is.
+            let queued = try w.reader.queuedOps(for: ino)
+            let localMove = queued.contains(.move)
+            if !queued.contains(.attributes) { item.mode = current.mode }
+            if !queued.contains(.xattrs) {
+                item.xattrs = current.xattrs
+            } else {
+                // Name by name: ours for the names changed here and not yet on the server, the
+                // server's for every other, so that another device's change of another
+                // attribute is kept (a queued send with no such name left sends the server's).
+                item.xattrs = Self.mergeXattrs(server: current.xattrs, local: item.xattrs, changedHere: try w.reader.xattrChanges(of: ino))
+            }
+            // Never below itself here (a local move of a folder above it still queued): that
+            // would put both out of the tree.
+            if !localMove || takeServerFolder, let parentID = current.parentID, let parent = try w.reader.item(id: parentID),
+               try !w.reader.isWithin(parent.ino, ino) {
+                let name = localMove ? item.name : current.name
+                if try w.reader.child(of: parent.ino, named: name).map({ $0.ino == ino }) ?? true {
+                    if let old = item.parent { out.append(.entry(parent: old, name: item.name)) }
+                    item.parent = parent.ino
+                    item.name = name
+                    out.append(.entry(parent: parent.ino, name: name))
+                }
+            }
+            item.revision = current.revision
+            // The server's content, unless this row's own is what goes up next: the digest,
+            // and the size that a download of it fetches (an older size failed its check).
+            if !keepContent { takeServerContent(&item, from: current, keepModified: queued.contains(.attributes)) }
+            try w.update(item)
+            return out
+        }
+        observer.invalidate(inval)
+    }
+}

@@ -1,0 +1,160 @@
+import Foundation
+import ItemModel
+import LocalState
+import SyncAPI
+
+/// A file's content going up alone: a snapshot of it, its blob if it is large, the create or
+/// update that carries it, and the recording of the answer.
+extension SyncEngine {
+    static let dedupThreshold: Int64 = 1 << 20
+
+    /// Uploads a snapshot of the file's content, never the live cache file, in the create of a
+    /// new file or the update of an existing one, and records the answer (`finishUpload`).
+    func uploadSnapshot(_ item: LocalItem, parentID: ItemID, seq: Int64) async throws -> Outcome {
+        if item.content != .dirty && item.revision != nil { return .done }
+        // A write after this (a writer that opens and truncates) changes the generation, and
+        // the snapshot is then not sent.
+        guard let generation = uploadableGeneration(item.ino) else { return .heldForWriter }
+        // Upload a snapshot, never the live cache file: a writer (truncate, another open) may
+        // change it at any moment, and what goes up must be one whole version. A small file's
+        // snapshot is a copy in memory, sent inline with its create or update (one request);
+        // a larger one's is a private copy of the file, uploaded as a blob first.
+        let digest: ContentDigest
+        let size: Int64
+        var inline: Data?
+        if let bytes = try cache.readWhole(item.ino, limit: SyncProtocol.maxInlineContent) {
+            digest = ContentDigest.of(bytes)
+            size = Int64(bytes.count)
+            inline = Data(bytes)
+        } else {
+            let path = try cache.snapshot(item.ino)
+            defer { unlink(path) }
+            (digest, size) = try Self.hashFile(path)
+            state.withLock { $0.uploadProgress[item.ino] = (0, size) }
+            // Asking first saves sending content the server has; below 1 MiB sending it costs
+            // about what the question does, so smaller files skip the round trip.
+            let needed = size < Self.dedupThreshold ? true : try await !remote.hasBlob(digest)
+            if needed {
+                do {
+                    try await remote.uploadBlob(digest, size: size, fromFile: path)
+                } catch let RemoteError.refused(code, _, _) where code == .digestMismatch {
+                    return .again  // changed while it was being sent: never store a mix
+                }
+            }
+        }
+        state.withLock { $0.uploadProgress[item.ino] = (size, size) }
+        guard writeGeneration(item.ino) == generation else { return .again }
+        var result: ItemMetadata
+        do {
+            try store.write { w in
+                try w.noteContentSent(item.ino, digest: digest)
+                if item.revision == nil { try w.noteCreateSent(item.ino, parentID: parentID, name: item.name) }
+            }
+            if let base = item.revision {
+                result = try await remote.updateContent(item.itemID, UpdateContentRequest(
+                    baseRevision: base, digest: digest, size: size, modified: item.modified, content: inline))
+            } else {
+                result = try await remote.createItem(Self.createRequest(item, parentID: parentID, digest: digest, size: size, content: inline))
+            }
+        } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
+            let current = current!
+            if current.digest == digest {
+                // Our own upload, whose answer was lost: it is on the server already.
+                result = current
+                return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
+            }
+            if current.digest == item.serverDigest {
+                // Only metadata changed on the server (a rename, a chmod): both apply.
+                try rebase(item.ino, on: current, keepContent: true)
+                return .again
+            }
+            if let theirs = current.digest, try store.read({ try $0.sentContentDigests(of: item.ino) }).contains(theirs) {
+                // An earlier version from here, whose answer was lost (the daemon died after the
+                // server stored it): not another device's edit. Go up from it.
+                try rebase(item.ino, on: current, keepContent: true)
+                try store.write { w in
+                    guard var now = try w.reader.item(item.ino) else { return }
+                    now.serverDigest = theirs
+                    try w.update(now)
+                }
+                return .again
+            }
+            // The content changed on the server too: never overwrite it. Until conflict
+            // versions exist, the upload waits here with the reason in uploadingError.
+            return Self.contentConflict(current)
+        } catch let RemoteError.refused(code, _, current) where code == .nameExists {
+            return try await nameTaken(by: current, for: item.ino)
+        } catch let RemoteError.refused(code, _, _) where code == .itemIDTaken {
+            return try await adoptLostCreate(item, parentID: parentID)
+        } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
+            return try resurrectLocal(item.ino)
+        }
+        return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
+    }
+
+    /// Records a successful upload, in one transaction with what changed while it was in
+    /// flight and the removal of its entry `seq`: one commit per uploaded file, not three.
+    func finishUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64) throws -> Outcome {
+        let followUps = try store.write { w in
+            try recordUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq, w)
+        }
+        if followUps { outboxSignal.yield() }
+        setConnected(true, error: nil)
+        observer.event(MountEvent(kind: "uploaded", path: try store.read { try $0.path(of: item.ino) }))
+        return .done
+    }
+
+    /// An upload's result, inside the caller's transaction, unless the item changed identity
+    /// meanwhile (a safe save gave it another item's id): then what went up belongs to nobody
+    /// and is removed, and the content goes up again under the new identity. True when
+    /// something more was queued.
+    func recordUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64, _ w: LocalWriter) throws -> Bool {
+        try w.dequeue(seq)
+        try w.forgetSentContents(of: item.ino)
+        guard var now = try w.reader.item(item.ino) else {
+            try w.updatePendingDelete(of: result.id, revision: result.revision)
+            try passToSuccessor(result, sentFrom: item.revision, w)
+            return item.revision == nil ? try followUpCreate(item, result, w) : false
+        }
+        guard now.itemID == result.id else {
+            if try w.reader.hasPendingDelete(of: result.id) {
+                try w.updatePendingDelete(of: result.id, revision: result.revision)
+            } else {
+                try w.enqueue(.delete, ino: item.ino, itemID: result.id, revision: result.revision)
+            }
+            try w.enqueue(.content, ino: item.ino)
+            return true
+        }
+        now.revision = result.revision
+        now.serverDigest = digest
+        now.uploadError = nil
+        try settleXattrChanges(now, heldByServer: result, w)
+        let clean = state.withLock { s in
+            guard s.generation(of: item.ino) == generation && now.content == .dirty else { return false }
+            if s.openForWriting[item.ino] != nil { s.cleanedWhileOpen.insert(item.ino) }
+            s.forgetGenerations(of: item.ino)
+            return true
+        }
+        if clean { now.content = .current }
+        now.cachedBytes = max(now.cachedBytes, size)
+        try w.update(now)
+        // Changed (or its generations forgotten by a close) during the upload: what is in the
+        // cache now goes up too. A write's release queues that itself; this covers the rest,
+        // so a dirty file is never left with nothing queued (a waiting entry is not doubled).
+        var again = false
+        if try !clean && now.content == .dirty && !w.reader.isExcluded(item.ino) {
+            try w.enqueue(.content, ino: item.ino)
+            again = true
+        }
+        let followUps = item.revision == nil ? try followUpCreate(item, result, w) : false
+        return followUps || again
+    }
+
+    /// SHA-256 and size of a cache file, read in 1 MiB blocks.
+    static func hashFile(_ path: String) throws -> (ContentDigest, Int64) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw EngineError.io("cannot read \(path)", errno) }
+        defer { close(fd) }
+        return try ContentCache.sha256(of: fd)
+    }
+}

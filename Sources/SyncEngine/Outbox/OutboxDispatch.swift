@@ -1,0 +1,199 @@
+import ItemModel
+import LocalState
+import Logging
+import SyncAPI
+
+/// One outbox entry, from the outbox to the request its operation needs: retried while the
+/// answer says to try again at once, guarded against loops of waits, marked started, and
+/// sent as its operation asks (a folder's create, content, a move or attribute change, a
+/// deletion).
+extension SyncEngine {
+    /// `sendGuardingLoops`, repeated at once while it answers `.again` (ten more times at
+    /// most): what a first try had to do first (rebase, move a name's holder aside) is followed
+    /// by the request itself now, not on a later pass.
+    func sendRetryingAtOnce(_ entry: OutboxEntry) async -> Outcome {
+        var outcome = await sendGuardingLoops(entry)
+        var rounds = 0
+        while case .again = outcome, rounds < 10 {
+            rounds += 1
+            outcome = await sendGuardingLoops(entry)
+        }
+        return outcome
+    }
+
+    /// How many entries are being sent, each waiting for the next, up this call chain: a
+    /// request may first send what it waits for (its folder's create, the move that frees its
+    /// name), and that in turn what it waits for.
+    @TaskLocal static var nesting = 0
+
+    /// Deeper than any chain of waits a tree can make (a folder's create waits for its parent's,
+    /// at most one per level), so only a loop of waits gets there. A loop this code does not
+    /// break ran on one thread without end, its memory growing, and never let the process go;
+    /// now it is an error the entry reports, and the entry is tried again later.
+    static let maxNesting = 512
+    public static let loopOfWaits = "requests wait on one another in a loop"
+
+    /// `sendMarkingStarted`, one level deeper in `nesting`, unless the entry is an upload held
+    /// for a writer, or the chain of waits up this call is `maxNesting` deep (a loop of waits:
+    /// reported, and the entry is tried again later).
+    func sendGuardingLoops(_ entry: OutboxEntry) async -> Outcome {
+        // Before it is marked started, so that the writer's close joins this entry instead of
+        // queueing another (uploadSnapshot checks again, race-free).
+        if entry.op == .content && uploadableGeneration(entry.ino) == nil { return .heldForWriter }
+        guard Self.nesting < Self.maxNesting else {
+            logger.error("\(Self.loopOfWaits)", metadata: ["item.ino": "\(entry.ino)", "op": "\(entry.op)"])
+            observer.event(MountEvent(kind: "uploadError", path: try? store.read { try $0.path(of: entry.ino) }, detail: Self.loopOfWaits))
+            return .later(Self.loopOfWaits, after: .seconds(1), offline: false)
+        }
+        return await Self.$nesting.withValue(Self.nesting + 1) { await sendMarkingStarted(entry) }
+    }
+
+    /// `sendByOperation`, with the entry marked started and its item uploading meanwhile: the
+    /// entry is dequeued once done, and an error becomes a try later (offline when the server
+    /// cannot be reached).
+    private func sendMarkingStarted(_ entry: OutboxEntry) async -> Outcome {
+        state.withLock { _ = $0.uploading.insert(entry.ino) }
+        defer { state.withLock { s in s.uploading.remove(entry.ino); s.uploadProgress[entry.ino] = nil } }
+        do {
+            try store.write { w in try w.markStarted(entry.seq) }
+            let outcome = try await sendByOperation(entry)
+            // An upload's entry goes in the transaction that records its result; others here.
+            if case .done = outcome, try store.read({ try $0.outboxEntry(entry.seq) }) != nil {
+                try store.write { w in try w.dequeue(entry.seq) }
+            }
+            return outcome
+        } catch let error as RemoteError {
+            return error.meansOffline
+                ? .later(describe(error), after: .seconds(1), offline: true)
+                : .later(describe(error), after: .seconds(5), offline: false)
+        } catch {
+            return .later("\(error)", after: .seconds(5), offline: false)
+        }
+    }
+
+    /// The request the entry's operation needs: a deletion (`sendDelete`), or, once the item's
+    /// folder is on the server (`parentOnServer`), a folder's create, the content
+    /// (`uploadSnapshot`), a move, or a change of mode and times or of extended attributes. A
+    /// refusal goes to its handling.
+    func sendByOperation(_ entry: OutboxEntry) async throws -> Outcome {
+        if entry.op == .delete { return try await sendDelete(entry) }
+        guard let item = try store.read({ try $0.item(entry.ino) }) else { return .done }
+        if try store.read({ try $0.isExcluded(item.ino) }) { return .done }
+        // A child goes up after its folder: send the folder's own create first.
+        guard let parentID = try await parentOnServer(item) else {
+            return .later("waiting for its folder to reach the server", after: .seconds(1), offline: false)
+        }
+        switch entry.op {
+        case .createFolder:
+            if item.revision != nil { return .done }
+            let created: ItemMetadata
+            do {
+                try store.write { w in try w.noteCreateSent(item.ino, parentID: parentID, name: item.name) }
+                created = try await remote.createItem(CreateItemRequest(
+                    parentID: parentID, name: item.name, kind: .folder, mode: item.mode, created: item.created,
+                    modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID))
+            } catch let RemoteError.refused(code, _, current) where code == .nameExists {
+                return try await nameTaken(by: current, for: item.ino)
+            } catch let RemoteError.refused(code, _, _) where code == .itemIDTaken {
+                return try await adoptLostCreate(item, parentID: parentID)
+            }
+            // The answer and what changed while it was in flight, in one transaction.
+            let followUps = try store.write { w in
+                try adoptMetadata(item.ino, created, w)
+                try w.forgetSentContents(of: item.ino)
+                return try followUpCreate(item, created, w)
+            }
+            if followUps { outboxSignal.yield() }
+            return .done
+        case .content:
+            return try await uploadSnapshot(item, parentID: parentID, seq: entry.seq)
+        case .move, .attributes, .xattrs:
+            guard let base = item.revision else { return .done }  // its create carries everything
+            do {
+                let result: ItemMetadata
+                switch entry.op {
+                case .move: result = try await remote.updateItem(item.itemID, UpdateItemRequest(baseRevision: base, name: item.name, parentID: parentID))
+                case .attributes: result = try await remote.updateItem(item.itemID, UpdateItemRequest(baseRevision: base, mode: item.mode, modified: item.modified))
+                default: result = try await remote.setXattrs(item.itemID, SetXattrsRequest(baseRevision: base, xattrs: item.xattrs))
+                }
+                return try adoptMetadata(item.ino, result, sentFrom: base)
+            } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
+                let current = current!
+                // A file whose own edit is not on the server yet, while the server's content
+                // moved on from that edit's base: a conflict of content. Rebasing would make the
+                // server's revision the edit's base too, and the edit would then go up over the
+                // other device's version. The rename or chmod waits with the edit.
+                let now = try store.read { try $0.item(item.ino) }
+                if let now, now.kind == .file, now.content == .dirty, current.digest != now.serverDigest {
+                    return Self.contentConflict(current)
+                }
+                // Metadata changes apply on top of whatever changed meanwhile: rebase and resend.
+                try rebase(item.ino, on: current)
+                return .again
+            } catch let RemoteError.refused(code, _, current) where code == .nameExists {
+                return try await nameTaken(by: current, for: item.ino)
+            } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
+                return try resurrectLocal(item.ino)
+            } catch let RemoteError.refused(code, _, _) where code == .invalidMove && entry.op == .move {
+                return try await keepServerFolder(item)
+            }
+        case .delete:
+            return .done
+        }
+    }
+
+    func parentOnServer(_ item: LocalItem) async throws -> ItemID? {
+        guard let parentIno = item.parent else { return .root }
+        if parentIno == LocalItem.rootIno { return .root }
+        guard let parent = try store.read({ try $0.item(parentIno) }) else { return nil }
+        if parent.revision != nil { return parent.itemID }
+        let pending = try store.read { r in try r.queuedEntry(.createFolder, of: parentIno) }
+        guard let pending, pending.notBefore <= Self.now() else { return nil }
+        // Retried at once: a create that first had to move a name's holder aside goes at once.
+        let outcome = await sendRetryingAtOnce(pending)
+        guard case .done = outcome else { return nil }
+        return try store.read { try $0.item(parentIno) }.flatMap { $0.revision != nil ? $0.itemID : nil }
+    }
+
+    func sendDelete(_ entry: OutboxEntry) async throws -> Outcome {
+        guard let id = entry.itemID else { return .done }
+        let base: Revision
+        if let revision = entry.revision {
+            base = revision
+        } else {
+            // Deleted before its create was answered: delete whatever that create made.
+            do {
+                base = try await remote.item(id).revision
+            } catch let RemoteError.refused(code, _, _) where code == .itemNotFound || code == .containerNotFound {
+                return .done
+            }
+        }
+        do {
+            let tombstones = try await remote.deleteItem(id, base: base, recursive: false)
+            try store.write { w in
+                for t in tombstones { try w.addTombstone(t.id, revision: t.revision) }
+            }
+            return .done
+        } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
+            return .done
+        } catch let RemoteError.refused(code, _, current) where code == .revisionConflict || code == .folderNotEmpty {
+            // Edit (or a new child) versus delete: the edit wins and the item comes back.
+            let item: ItemMetadata
+            if let current { item = current } else { item = try await remote.item(id) }
+            let (inval, pinnedToFetch) = try store.write { w -> ([KernelInvalidation], Bool) in
+                var out: [KernelInvalidation] = []
+                var events: [MountEvent] = []
+                var pinnedToFetch = false
+                // Gone from the queue first, or the feed's rule "a deletion is on its way" would
+                // keep the item away.
+                try w.dequeue(entry.seq)
+                try applyLocked(ItemChange(cursor: .start, kind: .upsert, item: item), w, &out, &events, &pinnedToFetch)
+                return (out, pinnedToFetch)
+            }
+            observer.invalidate(inval)
+            if pinnedToFetch { maintenanceSignal.yield() }
+            observer.event(MountEvent(kind: "conflict", path: item.name, detail: "changed on the server while deleted here; restored"))
+            return .done
+        }
+    }
+}

@@ -1,0 +1,199 @@
+import ItemModel
+import LocalState
+import SyncAPI
+
+/// What the server refused and what then happens: a name taken, a lost create's ID taken, a
+/// conflict of revisions, a move below itself, an item gone.
+extension SyncEngine {
+    /// A create refused because its item ID is taken: this device's earlier create of the item
+    /// landed, its answer was lost (a crash, a dropped connection), and the item changed here
+    /// since (renamed, or written), so the retry is not the same create and the server does
+    /// not answer it with the item. IDs are random and only their creator sends them: the
+    /// server's item is that create. The row takes its revision, and what differs goes up as
+    /// the changes of an existing item. (Giving the row a new identity instead made it a
+    /// conflicted copy of itself, and the server's item never showed here.)
+    ///
+    /// A file whose server content is none that this device sent in a create was changed by
+    /// another device meanwhile: a conflict of content, which never overwrites it.
+    func adoptLostCreate(_ item: LocalItem, parentID: ItemID) async throws -> Outcome {
+        let current: ItemMetadata
+        do {
+            current = try await remote.item(item.itemID)
+        } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
+            return try resurrectLocal(item.ino)  // created and deleted since: the ID stays taken
+        }
+        if item.kind == .file, try !store.read({ try $0.sentContentDigests(of: item.ino) }).contains(current.digest ?? .empty) {
+            return Self.contentConflict(current)
+        }
+        let moved = try store.write { w -> [KernelInvalidation] in
+            guard var now = try w.reader.item(item.ino), now.itemID == current.id, now.revision == nil else { return [] }
+            now.revision = current.revision
+            now.serverDigest = current.digest
+            // The create is on the server: the error its lost answers left is no longer true.
+            now.uploadError = nil
+            var localParentID = try now.parent.flatMap { try w.reader.item($0)?.itemID }
+            var invalidations: [KernelInvalidation] = []
+            if let oldParent = now.parent, let oldParentID = localParentID,
+               let place = try serverPlaceToTake(now, parentID: oldParentID, current, w) {
+                // Moved by another device after the create landed, and not here since: its
+                // place stands (sending this device's back would undo that move).
+                invalidations = [.entry(parent: oldParent, name: now.name), .inode(oldParent), .inode(place.parent),
+                                 .entry(parent: place.parent, name: place.name), .inode(now.ino)]
+                now.parent = place.parent
+                now.name = place.name
+                localParentID = current.parentID
+            }
+            try w.update(now)
+            try w.forgetSentContents(of: now.ino)
+            if now.name != current.name || localParentID != current.parentID { try w.enqueue(.move, ino: now.ino) }
+            if now.mode != current.mode || now.modified != current.modified { try w.enqueue(.attributes, ino: now.ino) }
+            if now.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: now.ino) }
+            return invalidations
+        }
+        if !moved.isEmpty { observer.invalidate(moved) }
+        outboxSignal.yield()
+        return .again
+    }
+
+    /// The server's place (local folder, name) for an item whose lost create is being adopted,
+    /// when it should be taken: the server's place is not where the first create put it
+    /// (another device moved the item since), while the row still is (nothing moved it here).
+    /// A rename here since goes up instead, as a rename here does against any other device's.
+    /// Nil also when the folder is not here or the name is taken in it.
+    /// `parentID`: the server id of the row's folder.
+    func serverPlaceToTake(_ now: LocalItem, parentID: ItemID, _ current: ItemMetadata, _ w: LocalWriter) throws -> (parent: Int64, name: String)? {
+        guard let first = try w.reader.firstCreatePlace(of: now.ino), let serverParentID = current.parentID,
+              SentPlace(parentID: serverParentID, name: current.name) != first,
+              SentPlace(parentID: parentID, name: now.name) == first,
+              let parent = try w.reader.item(id: serverParentID), parent.kind == .folder
+        else { return nil }
+        if let clash = try w.reader.child(of: parent.ino, named: current.name), clash.ino != now.ino { return nil }
+        // Never into itself or below itself here (a local move waiting on this create): that
+        // would cut both out of the tree. Its own rename goes up then, as before.
+        if try w.reader.isWithin(parent.ino, now.ino) { return nil }
+        return (parent.ino, current.name)
+    }
+
+    /// Two devices edited the same base and the server has the other one's: this device's
+    /// change waits, retried every 30 s, with the reason in uploadingError.
+    static func contentConflict(_ current: ItemMetadata) -> Outcome {
+        .later("conflict: the server has a newer version (revision \(current.revision)); this device's edit is kept and not uploaded", after: .seconds(30), offline: false)
+    }
+
+    /// The server refused this folder's move as a move below itself: another device moved the
+    /// folder it was moving into below it first. That move stands (the server's order decides),
+    /// so the item goes back to its server folder here, keeping a new name of its own, which
+    /// goes up as a rename. The change that the feed held for the other folder (it would have
+    /// put both out of the tree) applies then.
+    func keepServerFolder(_ item: LocalItem) async throws -> Outcome {
+        let current = try await remote.item(item.itemID)
+        try rebase(item.ino, on: current, takeServerFolder: true)
+        observer.event(MountEvent(
+            kind: "conflict", path: try store.read { try $0.path(of: item.ino) },
+            detail: "another device moved the folder it was moving into below it first; kept in its folder"))
+        applyHeldChanges()
+        return .again
+    }
+
+    /// The server still has an item under the name because our own deletion of it is queued
+    /// behind this request (a safe save replaced it): send that deletion first.
+    /// Likewise when the item in the way is one of ours with a queued move away from the name.
+    func sendPendingDelete(of id: ItemID?, for ino: Int64) async throws -> Bool {
+        guard let id else { return false }
+        if let entry = try store.read({ try $0.queuedDelete(of: id) }) {
+            if case .done = await sendGuardingLoops(entry) { return true }
+            return false
+        }
+        guard let blocker = try store.read({ try $0.item(id: id) }),
+              let move = try store.read({ try $0.queuedEntry(.move, of: blocker.ino, dueBy: Self.now()) })
+        else { return false }
+        // Retried at once: a move that first had to break a cycle (see `waitingMoves`) is sent
+        // again at once, and the name it frees serves the waiting request now, not a second later.
+        let sent = await Self.$waitingMoves.withValue(Self.waitingMoves.union([ino])) { await sendRetryingAtOnce(move) }
+        if case .done = sent { return true }
+        return false
+    }
+
+    /// Items whose moves wait, up the call chain, for the move being sent now to free a name.
+    /// A move whose name is held by one of them closes a cycle (names swapped locally, as in
+    /// `mv a t; mv b a; mv t b`): each item's queued move carries only its final name, so
+    /// sending one to free the other's would never end. It was a livelock: two moves sent each
+    /// other thousands of times a second and the outbox behind them never drained.
+    @TaskLocal static var waitingMoves: Set<Int64> = []
+
+    /// Breaks a cycle of moves: the holder of the name, one of ours whose move waits up the
+    /// chain, goes to a temporary name in its folder on the server. That frees the name at once;
+    /// the holder's own move stays queued and takes its final name when its turn comes back.
+    /// The holder, not the item asking: the holder is on the server for certain (it holds the
+    /// name), while the asker may be a new folder whose create is what the cycle waits for.
+    func moveAsideOnServer(_ holder: LocalItem, _ current: ItemMetadata) async throws -> Outcome {
+        guard let parentID = current.parentID else {
+            return .later("waiting for a swapped name to be freed", after: .milliseconds(100), offline: false)
+        }
+        let result = try await remote.updateItem(
+            holder.itemID, UpdateItemRequest(baseRevision: current.revision, name: ConflictNaming.movingName(holder.itemID), parentID: parentID))
+        try adoptMetadata(holder.ino, result)
+        return .again
+    }
+
+    /// The server refused a name because another item holds it there. If that item is one of
+    /// ours, our own queued change will free the name: send it (or wait for it). Only an item
+    /// this device does not know (another device's) makes this one a conflicted copy.
+    func nameTaken(by holder: ItemMetadata?, for ino: Int64) async throws -> Outcome {
+        let mine = try holder.flatMap { h in try store.read { try $0.item(id: h.id) } }
+        // A cycle: the holder's move waits up the chain for this one, or this request already
+        // waits up the chain for the holder's move (the holder moves into this new folder, so
+        // its move waits for this folder's create, which waits for its move).
+        if let holder, let mine, Self.waitingMoves.contains(mine.ino) || Self.waitingMoves.contains(ino) {
+            return try await moveAsideOnServer(mine, holder)
+        }
+        if try await sendPendingDelete(of: holder?.id, for: ino) { return .again }
+        if let id = holder?.id {
+            if let mine {
+                let queued = try store.read { try $0.queuedOps(for: mine.ino) }.contains(.move)
+                // The server holds a newer state of it than this device: another device moved
+                // it there, and the feed has not brought that here yet. Sending this device's
+                // older name would undo that move; the feed brings it, and makes room for this
+                // item (a conflicted copy) if it still wants the name.
+                let behind = mine.revision.map { holder?.revision.isNewer(than: $0) ?? false } ?? true
+                if !queued && !behind {
+                    try store.write { w in try w.enqueue(.move, ino: mine.ino) }
+                    outboxSignal.yield()
+                }
+                return .later(behind ? "waiting for another device's change of the item that holds the name"
+                                     : "waiting for a local rename to free the name", after: .milliseconds(100), offline: false)
+            }
+            if try store.read({ try $0.hasPendingDelete(of: id) || $0.tombstone(of: id) != nil }) {
+                return .later("waiting for a local deletion to free the name", after: .milliseconds(100), offline: false)
+            }
+        }
+        try renameAside(ino, from: holder?.name)
+        return .again
+    }
+
+    /// Gives the item a conflicted-copy name, unless it has already left `refused`, the name
+    /// the server refused: another device's item that arrived meanwhile (`makeRoom`) may have
+    /// renamed it, and a second suffix would follow the first.
+    func renameAside(_ ino: Int64, from refused: String?) throws {
+        let inval = try store.write { w -> [KernelInvalidation] in
+            guard var item = try w.reader.item(ino), let parent = item.parent else { return [] }
+            if let refused, item.name != refused { return [] }
+            let old = item.name
+            item.name = ConflictNaming.conflictedCopyName(old, device: configuration.deviceName, at: Self.now())
+            try w.update(item)
+            if item.revision != nil { try w.enqueue(.move, ino: ino) }
+            return [.entry(parent: parent, name: old), .entry(parent: parent, name: item.name)]
+        }
+        guard !inval.isEmpty else { return }
+        observer.invalidate(inval)
+        observer.event(MountEvent(kind: "conflict", path: nil, detail: "a name was taken on the server; kept as a conflicted copy"))
+    }
+
+    func resurrectLocal(_ ino: Int64) throws -> Outcome {
+        try store.write { w in
+            guard let item = try w.reader.item(ino) else { return }
+            try resurrect(item, w)
+        }
+        return .again
+    }
+}
