@@ -39,26 +39,21 @@ extension SyncEngine {
     /// `releasing`: the item whose held change (`held_changes`) this is; its row goes in the
     /// same transaction (and comes back if the item still waits for an answer).
     func apply(_ changes: [ItemChange], cursor: ChangeCursor?, releasing held: ItemID? = nil) throws -> [KernelInvalidation] {
-        let (invalidations, events, pinnedToFetch) = try store.write { w -> ([KernelInvalidation], [MountEvent], Bool) in
-            var out: [KernelInvalidation] = []
-            var events: [MountEvent] = []
-            var pinnedToFetch = false
+        let effects = try store.write { w -> EffectsAfterCommit in
+            var effects = EffectsAfterCommit()
             if let held { try w.dropHeldChange(held) }
-            for change in changes { try applyLocked(change, w, &out, &events, &pinnedToFetch) }
+            for change in changes { try applyLocked(change, w, &effects) }
             if let cursor { try w.setMeta("cursor", cursor.rawValue) }
-            return (out, events, pinnedToFetch)
+            return effects
         }
         if let cursor { state.withLock { $0.cursor = cursor } }
-        for e in events { observer.event(e) }
-        // After the commit: a pass woken inside the transaction read the index before it and
-        // did not see the new pinned file, which then waited for some later pass.
-        if pinnedToFetch { maintenanceSignal.yield() }
+        runAfterCommit(effects)
         // A change held because it would have looped the folders may fit now. Not from a held
         // change's own application (`held`): that is such a retry already.
         if held == nil, state.withLock({ s in defer { s.heldForLoops = false }; return s.heldForLoops }) {
             applyHeldChanges()
         }
-        return invalidations
+        return effects.invalidations
     }
 
     /// Applies the server change held for the item at `ino` (`held_changes`): once an answer
@@ -130,10 +125,9 @@ extension SyncEngine {
         }
     }
 
-    /// `pinnedToFetch`: set when a pinned file needs its (new) content.
-    func applyLocked(
-        _ change: ItemChange, _ w: LocalWriter, _ out: inout [KernelInvalidation], _ events: inout [MountEvent], _ pinnedToFetch: inout Bool
-    ) throws {
+    /// One change, inside the caller's transaction; what it asks of the world outside the
+    /// database goes into `effects`, done once the transaction has committed.
+    func applyLocked(_ change: ItemChange, _ w: LocalWriter, _ effects: inout EffectsAfterCommit) throws {
         let remote = change.item
         let r = w.reader
         if remote.id == .root {
@@ -141,7 +135,7 @@ extension SyncEngine {
             root.revision = remote.revision
             root.xattrs = remote.xattrs
             try w.update(root)
-            out.append(.inode(LocalItem.rootIno))
+            effects.invalidations.append(.inode(LocalItem.rootIno))
             return
         }
         let local = try r.item(id: remote.id)
@@ -153,21 +147,16 @@ extension SyncEngine {
             if try hasLocalChanges(local, r) {
                 // Edit versus delete: the edit wins. The server's id is gone for good, so the
                 // item gets a new one and goes up again as new.
-                try resurrect(local, w)
-                events.append(MountEvent(kind: "conflict", path: try r.path(of: local.ino), detail: "deleted on the server while changed here; kept"))
+                try resurrect(local, w, &effects)
+                effects.events.append(MountEvent(kind: "conflict", path: try r.path(of: local.ino), detail: "deleted on the server while changed here; kept"))
                 return
             }
-            for d in try r.descendants(of: local.ino) {
-                cache.remove(d.ino)
-                downloads.cancel(d.ino)
-            }
-            cache.remove(local.ino)
-            downloads.cancel(local.ino)
+            effects.dropContent += try r.descendants(of: local.ino).map(\.ino) + [local.ino]
             let path = try r.path(of: local.ino)
             try deleteSubtree(local.ino, w)
-            if let parent = local.parent { out.append(.entry(parent: parent, name: local.name)); out.append(.inode(parent)) }
-            out.append(.inode(local.ino))
-            events.append(MountEvent(kind: "remoteDelete", path: path))
+            if let parent = local.parent { effects.invalidations.append(.entry(parent: parent, name: local.name)); effects.invalidations.append(.inode(parent)) }
+            effects.invalidations.append(.inode(local.ino))
+            effects.events.append(MountEvent(kind: "remoteDelete", path: path))
             return
         }
         // Deleted here, and the deletion is still on its way: the server's older state must not
@@ -220,7 +209,7 @@ extension SyncEngine {
             let oldParent = local.parent, oldName = local.name
             if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
                 try makeRoom(for: clash, w)
-                out.append(.entry(parent: parent.ino, name: remote.name))
+                effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
             }
             let contentChanged = remote.digest != local.serverDigest
             local.parent = parent.ino
@@ -233,17 +222,17 @@ extension SyncEngine {
             local.xattrs = remote.xattrs
             local.revision = remote.revision
             local.serverDigest = remote.digest
-            if contentChanged && local.kind == .file { contentReplaced(&local) }
+            if contentChanged && local.kind == .file { contentReplaced(&local, &effects) }
             try w.update(local)
             if oldParent != local.parent || oldName != local.name, let oldParent {
-                out.append(.entry(parent: oldParent, name: oldName))
-                out.append(.inode(oldParent))
-                out.append(.inode(parent.ino))
+                effects.invalidations.append(.entry(parent: oldParent, name: oldName))
+                effects.invalidations.append(.inode(oldParent))
+                effects.invalidations.append(.inode(parent.ino))
             }
-            out.append(.entry(parent: parent.ino, name: remote.name))
-            out.append(.inode(local.ino))
-            events.append(MountEvent(kind: "remoteChange", path: try r.path(of: local.ino)))
-            if local.pinned && contentChanged { pinnedToFetch = true }
+            effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
+            effects.invalidations.append(.inode(local.ino))
+            effects.events.append(MountEvent(kind: "remoteChange", path: try r.path(of: local.ino)))
+            if local.pinned && contentChanged { effects.fetchPinned = true }
         } else {
             if let clash = try r.child(of: parent.ino, named: remote.name) {
                 try makeRoom(for: clash, w)
@@ -253,14 +242,14 @@ extension SyncEngine {
                 mode: remote.mode, uid: getuid(), gid: getgid(), created: remote.created, modified: remote.modified,
                 changed: Self.now(), xattrs: remote.xattrs, revision: remote.revision, serverDigest: remote.digest,
                 content: remote.kind == .folder ? .current : .placeholder, pinned: parent.pinned))
-            out.append(.entry(parent: parent.ino, name: remote.name))
-            out.append(.inode(parent.ino))
-            events.append(MountEvent(kind: "remoteCreate", path: try r.path(of: item.ino)))
-            if item.pinned { pinnedToFetch = true }
+            effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
+            effects.invalidations.append(.inode(parent.ino))
+            effects.events.append(MountEvent(kind: "remoteCreate", path: try r.path(of: item.ino)))
+            if item.pinned { effects.fetchPinned = true }
             // Children that arrived before this folder.
             for json in try r.orphans(of: remote.id) {
                 let orphan = try JSONDecoder().decode(ItemChange.self, from: json)
-                try applyLocked(orphan, w, &out, &events, &pinnedToFetch)
+                try applyLocked(orphan, w, &effects)
             }
         }
     }
@@ -272,7 +261,7 @@ extension SyncEngine {
         return try r.descendants(of: item.ino).contains { try r.pendingOps(for: $0.ino) > 0 || $0.content == .dirty }
     }
 
-    func resurrect(_ item: LocalItem, _ w: LocalWriter) throws {
+    func resurrect(_ item: LocalItem, _ w: LocalWriter, _ effects: inout EffectsAfterCommit) throws {
         var item = item
         item.itemID = .random()
         item.revision = nil
@@ -280,7 +269,7 @@ extension SyncEngine {
         // The new identity has sent nothing yet: what the old one's creates sent is not its.
         try w.forgetSentContents(of: item.ino)
         try w.enqueue(item.kind == .folder ? .createFolder : .content, ino: item.ino)
-        outboxSignal.yield()
+        effects.sendQueued = true
     }
 
     func deleteSubtree(_ ino: Int64, _ w: LocalWriter) throws {
@@ -397,12 +386,12 @@ extension SyncEngine {
     /// The server has other content for a row whose own is not newer: a cached copy becomes
     /// stale (read afresh on the next open), and a download of the old version stops. The
     /// caller sets the row's size and digest to the server's.
-    func contentReplaced(_ local: inout LocalItem) {
+    func contentReplaced(_ local: inout LocalItem, _ effects: inout EffectsAfterCommit) {
         switch local.content {
         case .current: local.content = .stale
         case .placeholder, .stale:
             // A download of the old version may be running: it is of no use now.
-            downloads.cancel(local.ino)
+            effects.cancelDownloads.append(local.ino)
         case .dirty: break
         }
     }
@@ -411,10 +400,12 @@ extension SyncEngine {
     /// digest and size, and the modification time unless a local one is on its way
     /// (`keepModified`, asked only when the content changed: most answers leave it as it was).
     /// Not for a row with local content (dirty): that content is newer.
-    func takeServerContent(_ item: inout LocalItem, from current: ItemMetadata, keepModified: @autoclosure () throws -> Bool) rethrows {
+    func takeServerContent(
+        _ item: inout LocalItem, from current: ItemMetadata, keepModified: @autoclosure () throws -> Bool, _ effects: inout EffectsAfterCommit
+    ) rethrows {
         guard item.content != .dirty else { return }
         if item.kind == .file && current.digest != item.serverDigest {
-            contentReplaced(&item)
+            contentReplaced(&item, &effects)
             item.size = current.size
             if try !keepModified() { item.modified = current.modified }
         }

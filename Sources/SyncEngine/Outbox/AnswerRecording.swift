@@ -28,11 +28,15 @@ extension SyncEngine {
     /// Records the server's answer: the new revision (and nothing that would undo local edits made since).
     @discardableResult
     func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, sentFrom: Revision? = nil) throws -> Outcome {
-        try store.write { w in try adoptMetadata(ino, result, sentFrom: sentFrom, w) }
+        runAfterCommit(try store.write { w in
+            var effects = EffectsAfterCommit()
+            try adoptMetadata(ino, result, sentFrom: sentFrom, w, &effects)
+            return effects
+        })
         return .done
     }
 
-    func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, sentFrom: Revision? = nil, _ w: LocalWriter) throws {
+    func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, sentFrom: Revision? = nil, _ w: LocalWriter, _ effects: inout EffectsAfterCommit) throws {
         guard var now = try w.reader.item(ino) else {
             try w.updatePendingDelete(of: result.id, revision: result.revision)
             try passToSuccessor(result, sentFrom: sentFrom, w)
@@ -41,7 +45,7 @@ extension SyncEngine {
         guard now.itemID == result.id else { return }
         now.revision = result.revision
         try settleXattrChanges(now, heldByServer: result, w)
-        try takeServerContent(&now, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes))
+        try takeServerContent(&now, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes), &effects)
         now.uploadError = nil
         try w.update(now)
     }
@@ -72,8 +76,9 @@ extension SyncEngine {
     /// `takeServerFolder`: the server's folder wins even over a queued local move, whose name
     /// still goes up (`keepServerFolder`).
     func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false, takeServerFolder: Bool = false) throws {
-        let inval = try store.write { w -> [KernelInvalidation] in
-            guard var item = try w.reader.item(ino) else { return [] }
+        let (inval, effects) = try store.write { w -> ([KernelInvalidation], EffectsAfterCommit) in
+            var effects = EffectsAfterCommit()
+            guard var item = try w.reader.item(ino) else { return ([], effects) }
             var out: [KernelInvalidation] = [.inode(ino)]
             // What changed on the server applies here too, except what a local change still
             // queued will send (the feed skipped those changes while this one waited). The
@@ -105,10 +110,11 @@ extension SyncEngine {
             item.revision = current.revision
             // The server's content, unless this row's own is what goes up next: the digest,
             // and the size that a download of it fetches (an older size failed its check).
-            if !keepContent { takeServerContent(&item, from: current, keepModified: queued.contains(.attributes)) }
+            if !keepContent { takeServerContent(&item, from: current, keepModified: queued.contains(.attributes), &effects) }
             try w.update(item)
-            return out
+            return (out, effects)
         }
+        runAfterCommit(effects)
         observer.invalidate(inval)
     }
 }

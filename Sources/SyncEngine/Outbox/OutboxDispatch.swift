@@ -98,11 +98,13 @@ extension SyncEngine {
                 return try await adoptLostCreate(item, parentID: parentID)
             }
             // The answer and what changed while it was in flight, in one transaction.
-            let followUps = try store.write { w in
-                try adoptMetadata(item.ino, created, w)
+            let (followUps, effects) = try store.write { w in
+                var effects = EffectsAfterCommit()
+                try adoptMetadata(item.ino, created, w, &effects)
                 try w.forgetSentContents(of: item.ino)
-                return try followUpCreate(item, created, w)
+                return (try followUpCreate(item, created, w), effects)
             }
+            runAfterCommit(effects)
             if followUps { outboxSignal.yield() }
             return .done
         case .content:
@@ -180,18 +182,18 @@ extension SyncEngine {
             // Edit (or a new child) versus delete: the edit wins and the item comes back.
             let item: ItemMetadata
             if let current { item = current } else { item = try await remote.item(id) }
-            let (inval, pinnedToFetch) = try store.write { w -> ([KernelInvalidation], Bool) in
-                var out: [KernelInvalidation] = []
-                var events: [MountEvent] = []
-                var pinnedToFetch = false
+            var effects = try store.write { w -> EffectsAfterCommit in
+                var effects = EffectsAfterCommit()
                 // Gone from the queue first, or the feed's rule "a deletion is on its way" would
                 // keep the item away.
                 try w.dequeue(entry.seq)
-                try applyLocked(ItemChange(cursor: .start, kind: .upsert, item: item), w, &out, &events, &pinnedToFetch)
-                return (out, pinnedToFetch)
+                try applyLocked(ItemChange(cursor: .start, kind: .upsert, item: item), w, &effects)
+                return effects
             }
-            observer.invalidate(inval)
-            if pinnedToFetch { maintenanceSignal.yield() }
+            observer.invalidate(effects.invalidations)
+            // The feed's own events of this restore are not told: the conflict below says it.
+            effects.events = []
+            runAfterCommit(effects)
             observer.event(MountEvent(kind: "conflict", path: item.name, detail: "changed on the server while deleted here; restored"))
             return .done
         }

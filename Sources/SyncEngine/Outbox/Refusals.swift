@@ -190,10 +190,11 @@ extension SyncEngine {
     }
 
     func resurrectLocal(_ ino: Int64) throws -> Outcome {
-        try store.write { w in
-            guard let item = try w.reader.item(ino) else { return }
-            try resurrect(item, w)
-        }
+        runAfterCommit(try store.write { w in
+            var effects = EffectsAfterCommit()
+            if let item = try w.reader.item(ino) { try resurrect(item, w, &effects) }
+            return effects
+        })
         return .again
     }
 }
