@@ -295,8 +295,8 @@ extension SyncEngine {
                 // moved on from that edit's base: a conflict of content. Rebasing would make the
                 // server's revision the edit's base too, and the edit would then go up over the
                 // other device's version. The rename or chmod waits with the edit.
-                let now = try store.read { try $0.item(item.ino) }
-                if let now, now.kind == .file, now.content == .dirty, current.digest != now.serverDigest {
+                let row = try store.read { try $0.item(item.ino) }
+                if let row, row.kind == .file, row.content == .dirty, current.digest != row.serverDigest {
                     return Self.contentConflict(current)
                 }
                 // Metadata changes apply on top of whatever changed meanwhile: rebase and resend.
@@ -390,9 +390,9 @@ extension SyncEngine {
                 // server stored it): not another device's edit. Go up from it.
                 try rebase(item.ino, on: current, keepContent: true)
                 try store.write { w in
-                    guard var now = try w.reader.item(item.ino) else { return }
-                    now.serverDigest = theirs
-                    try w.update(now)
+                    guard var row = try w.reader.item(item.ino) else { return }
+                    row.serverDigest = theirs
+                    try w.update(row)
                 }
                 return .again
             }
@@ -430,28 +430,28 @@ extension SyncEngine {
             return Self.contentConflict(current)
         }
         let moved = try store.write { w -> [KernelInvalidation] in
-            guard var now = try w.reader.item(item.ino), now.itemID == current.id, now.revision == nil else { return [] }
-            now.revision = current.revision
-            now.serverDigest = current.digest
+            guard var row = try w.reader.item(item.ino), row.itemID == current.id, row.revision == nil else { return [] }
+            row.revision = current.revision
+            row.serverDigest = current.digest
             // The create is on the server: the error its lost answers left is no longer true.
-            now.uploadError = nil
-            var localParentID = try now.parent.flatMap { try w.reader.item($0)?.itemID }
+            row.uploadError = nil
+            var localParentID = try row.parent.flatMap { try w.reader.item($0)?.itemID }
             var invalidations: [KernelInvalidation] = []
-            if let oldParent = now.parent, let oldParentID = localParentID,
-               let place = try serverPlaceToTake(now, parentID: oldParentID, current, w) {
+            if let oldParent = row.parent, let oldParentID = localParentID,
+               let place = try serverPlaceToTake(row, parentID: oldParentID, current, w) {
                 // Moved by another device after the create landed, and not here since: its
                 // place stands (sending this device's back would undo that move).
-                invalidations = [.entry(parent: oldParent, name: now.name), .inode(oldParent), .inode(place.parent),
-                                 .entry(parent: place.parent, name: place.name), .inode(now.ino)]
-                now.parent = place.parent
-                now.name = place.name
+                invalidations = [.entry(parent: oldParent, name: row.name), .inode(oldParent), .inode(place.parent),
+                                 .entry(parent: place.parent, name: place.name), .inode(row.ino)]
+                row.parent = place.parent
+                row.name = place.name
                 localParentID = current.parentID
             }
-            try w.update(now)
-            try w.forgetSentContents(of: now.ino)
-            if now.name != current.name || localParentID != current.parentID { try w.enqueue(.move, ino: now.ino) }
-            if now.mode != current.mode || now.modified != current.modified { try w.enqueue(.attributes, ino: now.ino) }
-            if now.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: now.ino) }
+            try w.update(row)
+            try w.forgetSentContents(of: row.ino)
+            if row.name != current.name || localParentID != current.parentID { try w.enqueue(.move, ino: row.ino) }
+            if row.mode != current.mode || row.modified != current.modified { try w.enqueue(.attributes, ino: row.ino) }
+            if row.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: row.ino) }
             return invalidations
         }
         if !moved.isEmpty { observer.invalidate(moved) }
@@ -465,16 +465,16 @@ extension SyncEngine {
     /// A rename here since goes up instead, as a rename here does against any other device's.
     /// Nil also when the folder is not here or the name is taken in it.
     /// `parentID`: the server id of the row's folder.
-    func serverPlaceToTake(_ now: LocalItem, parentID: ItemID, _ current: ItemMetadata, _ w: LocalWriter) throws -> (parent: Int64, name: String)? {
-        guard let first = try w.reader.firstCreatePlace(of: now.ino), let serverParentID = current.parentID,
+    func serverPlaceToTake(_ row: LocalItem, parentID: ItemID, _ current: ItemMetadata, _ w: LocalWriter) throws -> (parent: Int64, name: String)? {
+        guard let first = try w.reader.firstCreatePlace(of: row.ino), let serverParentID = current.parentID,
               SentPlace(parentID: serverParentID, name: current.name) != first,
-              SentPlace(parentID: parentID, name: now.name) == first,
+              SentPlace(parentID: parentID, name: row.name) == first,
               let parent = try w.reader.item(id: serverParentID), parent.kind == .folder
         else { return nil }
-        if let clash = try w.reader.child(of: parent.ino, named: current.name), clash.ino != now.ino { return nil }
+        if let clash = try w.reader.child(of: parent.ino, named: current.name), clash.ino != row.ino { return nil }
         // Never into itself or below itself here (a local move waiting on this create): that
         // would cut both out of the tree. Its own rename goes up then, as before.
-        if try w.reader.isWithin(parent.ino, now.ino) { return nil }
+        if try w.reader.isWithin(parent.ino, row.ino) { return nil }
         return (parent.ino, current.name)
     }
 
@@ -497,12 +497,12 @@ extension SyncEngine {
     func recordUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64, _ w: LocalWriter) throws -> Bool {
         try w.dequeue(seq)
         try w.forgetSentContents(of: item.ino)
-        guard var now = try w.reader.item(item.ino) else {
+        guard var row = try w.reader.item(item.ino) else {
             try w.updatePendingDelete(of: result.id, revision: result.revision)
             try passToSuccessor(result, sentFrom: item.revision, w)
             return item.revision == nil ? try followUpCreate(item, result, w) : false
         }
-        guard now.itemID == result.id else {
+        guard row.itemID == result.id else {
             if try w.reader.hasPendingDelete(of: result.id) {
                 try w.updatePendingDelete(of: result.id, revision: result.revision)
             } else {
@@ -511,24 +511,24 @@ extension SyncEngine {
             try w.enqueue(.content, ino: item.ino)
             return true
         }
-        now.revision = result.revision
-        now.serverDigest = digest
-        now.uploadError = nil
-        try settleXattrChanges(now, heldByServer: result, w)
+        row.revision = result.revision
+        row.serverDigest = digest
+        row.uploadError = nil
+        try settleXattrChanges(row, heldByServer: result, w)
         let clean = state.withLock { s in
-            guard s.generation(of: item.ino) == generation && now.content == .dirty else { return false }
+            guard s.generation(of: item.ino) == generation && row.content == .dirty else { return false }
             if s.openForWriting[item.ino] != nil { s.cleanedWhileOpen.insert(item.ino) }
             s.forgetGenerations(of: item.ino)
             return true
         }
-        if clean { now.content = .current }
-        now.cachedBytes = max(now.cachedBytes, size)
-        try w.update(now)
+        if clean { row.content = .current }
+        row.cachedBytes = max(row.cachedBytes, size)
+        try w.update(row)
         // Changed (or its generations forgotten by a close) during the upload: what is in the
         // cache now goes up too. A write's release queues that itself; this covers the rest,
         // so a dirty file is never left with nothing queued (a waiting entry is not doubled).
         var again = false
-        if try !clean && now.content == .dirty && !w.reader.isExcluded(item.ino) {
+        if try !clean && row.content == .dirty && !w.reader.isExcluded(item.ino) {
             try w.enqueue(.content, ino: item.ino)
             again = true
         }
@@ -589,7 +589,7 @@ extension SyncEngine {
     /// delete found no server item to change then.
     /// Inside a transaction; true when something was queued.
     func followUpCreate(_ sent: LocalItem, _ created: ItemMetadata, _ w: LocalWriter) throws -> Bool {
-        guard let now = try w.reader.item(sent.ino), now.itemID == created.id else {
+        guard let row = try w.reader.item(sent.ino), row.itemID == created.id else {
             // Deleted meanwhile: its deletion is queued already (see FileSystem.deleteRow).
             if try !w.reader.hasPendingDelete(of: created.id) {
                 try w.enqueue(.delete, ino: sent.ino, itemID: created.id, revision: created.revision)
@@ -598,9 +598,9 @@ extension SyncEngine {
             return false
         }
         var queued = false
-        if now.name != sent.name || now.parent != sent.parent { try w.enqueue(.move, ino: sent.ino); queued = true }
-        if now.mode != sent.mode || now.modified != sent.modified { try w.enqueue(.attributes, ino: sent.ino); queued = true }
-        if now.xattrs != sent.xattrs { try w.enqueue(.xattrs, ino: sent.ino); queued = true }
+        if row.name != sent.name || row.parent != sent.parent { try w.enqueue(.move, ino: sent.ino); queued = true }
+        if row.mode != sent.mode || row.modified != sent.modified { try w.enqueue(.attributes, ino: sent.ino); queued = true }
+        if row.xattrs != sent.xattrs { try w.enqueue(.xattrs, ino: sent.ino); queued = true }
         return queued
     }
 
@@ -612,17 +612,17 @@ extension SyncEngine {
     }
 
     func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, sentFrom: Revision? = nil, _ w: LocalWriter) throws {
-        guard var now = try w.reader.item(ino) else {
+        guard var row = try w.reader.item(ino) else {
             try w.updatePendingDelete(of: result.id, revision: result.revision)
             try passToSuccessor(result, sentFrom: sentFrom, w)
             return
         }
-        guard now.itemID == result.id else { return }
-        now.revision = result.revision
-        try settleXattrChanges(now, heldByServer: result, w)
-        try takeServerContent(&now, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes))
-        now.uploadError = nil
-        try w.update(now)
+        guard row.itemID == result.id else { return }
+        row.revision = result.revision
+        try settleXattrChanges(row, heldByServer: result, w)
+        try takeServerContent(&row, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes))
+        row.uploadError = nil
+        try w.update(row)
     }
 
     /// A safe save gave the item's identity to another row (see `FileSystem.rename`) while a
@@ -637,9 +637,9 @@ extension SyncEngine {
     }
 
     /// Attributes the server now holds as this device does are no longer changes of ours.
-    func settleXattrChanges(_ now: LocalItem, heldByServer result: ItemMetadata, _ w: LocalWriter) throws {
-        let changed = try w.reader.xattrChanges(of: now.ino)
-        if !changed.isEmpty { try w.settleXattrChanges(now.ino, changed.filter { now.xattrs[$0] == result.xattrs[$0] }) }
+    func settleXattrChanges(_ row: LocalItem, heldByServer result: ItemMetadata, _ w: LocalWriter) throws {
+        let changed = try w.reader.xattrChanges(of: row.ino)
+        if !changed.isEmpty { try w.settleXattrChanges(row.ino, changed.filter { row.xattrs[$0] == result.xattrs[$0] }) }
     }
 
     static func mergeXattrs(server: [String: Data], local: [String: Data], changedHere: Set<String>) -> [String: Data] {

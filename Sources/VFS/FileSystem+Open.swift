@@ -41,7 +41,7 @@ extension FileSystem {
         do { fd = try cache.open(made.item.ino, truncate: true) } catch { throw Self.fsError(error) }
         // A new file is a change even if nothing is written: its release queues the upload.
         let handle = register(Handle(ino: made.item.ino, fd: fd, writable: true, wrote: true, excluded: made.excluded))
-        live.withLock { $0[made.item.ino] = Live(size: 0, modified: now) }
+        sizesBeingWritten.withLock { $0[made.item.ino] = BeingWritten(size: 0, modified: now) }
         engine.didOpen(made.item.ino, forWriting: true)
         return Opened(handle: handle, keepCache: false, attributes: attributes(of: made.item))
     }
@@ -205,7 +205,8 @@ extension FileSystem: CacheFileHolders {
         let keptOpen = handles.withLock { s -> Bool? in
             let ours = s.open.filter { $0.value.ino == ino }
             if ours.values.contains(where: \.writable) { return nil }
-            // The others followed a download that never completed: `followed` fails their reads.
+            // The others followed a download that never completed: `rowForHandleVersion`
+            // fails their reads.
             for (key, h) in ours where h.knownLocal { s.open[key]!.oldCopy = true }
             return ours.values.contains(where: \.knownLocal)
         }

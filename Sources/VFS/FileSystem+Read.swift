@@ -29,8 +29,8 @@ extension FileSystem {
             case .notRunning: break
             }
         }
-        let item = try followed(h)
-        let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
+        let item = try rowForHandleVersion(h)
+        let fileSize = sizesBeingWritten.withLock { $0[h.ino]?.size } ?? item.size
         guard offset < fileSize else { return .bytes([]) }
         let count = Int(min(Int64(size), fileSize - offset))
         let local = item.content.isWhole
@@ -53,8 +53,8 @@ extension FileSystem {
            let ready = try readIfLocal(handle, offset: offset, size: size) {
             return ready
         }
-        let item = try followed(h)
-        let fileSize = live.withLock { $0[h.ino]?.size } ?? item.size
+        let item = try rowForHandleVersion(h)
+        let fileSize = sizesBeingWritten.withLock { $0[h.ino]?.size } ?? item.size
         guard offset < fileSize else { return .bytes([]) }
         let count = Int(min(Int64(size), fileSize - offset))
         if item.content == .placeholder {
@@ -66,7 +66,7 @@ extension FileSystem {
     /// The row a handle that follows a download reads against. Its version replaced before it
     /// was whole here fails the read (EIO): the bytes of another version are not its, and a
     /// reader must never see a mix of two versions.
-    func followed(_ h: Handle) throws(FSError) -> LocalItem {
+    func rowForHandleVersion(_ h: Handle) throws(FSError) -> LocalItem {
         let item = try item(h.ino)
         if item.serverDigest != h.digest {
             logger.notice("a read of a version replaced during its download fails", metadata: ["item.ino": "\(h.ino)"])

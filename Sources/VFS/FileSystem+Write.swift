@@ -33,10 +33,10 @@ extension FileSystem {
         let end = offset + Int64(done)
         let now = Self.now()
         // The size the database holds is needed only by the first write since the open; later
-        // writes (and every write to a file created here) find it in `live`.
-        let base = live.withLock({ $0[h.ino] }) == nil ? (try? item(h.ino).size) ?? 0 : 0
-        live.withLock { l in
-            var entry = l[h.ino] ?? Live(size: base, modified: now)
+        // writes (and every write to a file created here) find it in `sizesBeingWritten`.
+        let base = sizesBeingWritten.withLock({ $0[h.ino] }) == nil ? (try? item(h.ino).size) ?? 0 : 0
+        sizesBeingWritten.withLock { l in
+            var entry = l[h.ino] ?? BeingWritten(size: base, modified: now)
             entry.size = max(entry.size, end)
             entry.modified = now
             l[h.ino] = entry
@@ -54,9 +54,9 @@ extension FileSystem {
             return h
         }) else { return }
         try? store.write { w in
-            guard var now = try w.reader.item(h.ino), now.content != .dirty else { return }
-            now.content = .dirty
-            try w.update(now)
+            guard var row = try w.reader.item(h.ino), row.content != .dirty else { return }
+            row.content = .dirty
+            try w.update(row)
         }
     }
 
@@ -132,7 +132,7 @@ extension FileSystem {
         if h.oldCopy { engine.kernelMustForget(h.ino) }
         let stillOpen = handles.withLock { $0.open.values.contains { $0.ino == h.ino } }
         if !stillOpen {
-            _ = live.withLock { $0.removeValue(forKey: h.ino) }
+            _ = sizesBeingWritten.withLock { $0.removeValue(forKey: h.ino) }
             if detached.withLock({ $0.removeValue(forKey: h.ino) }) != nil { cache.remove(h.ino) }
             failedWrites.withLock { _ = $0.removeValue(forKey: h.ino) }
             if let code = failure, code == ENOSPC || code == EDQUOT {
@@ -148,7 +148,7 @@ extension FileSystem {
     /// Writes the file's new size and time, and (unless the write failed) queues the upload,
     /// in one transaction: a closed file's upload survives a crash.
     func persistWrites(_ h: Handle, queueUpload: Bool) throws(FSError) {
-        let l = live.withLock { $0[h.ino] }
+        let l = sizesBeingWritten.withLock { $0[h.ino] }
         let size = cache.size(h.ino) ?? l?.size ?? 0
         try commit { w in
             guard var item = try w.reader.item(h.ino) else { return }
@@ -219,17 +219,17 @@ extension FileSystem {
         if changes.mode != nil || changes.mtime != nil || changes.uid != nil || changes.gid != nil || changes.atime != nil {
             let synced = changes.mode != nil || changes.mtime != nil
             try commit { w in
-                guard var now = try w.reader.item(ino) else { throw FSError.notFound }
-                if let mode = changes.mode { now.mode = mode & 0o7777 }
-                if let uid = changes.uid { now.uid = uid }
-                if let gid = changes.gid { now.gid = gid }
-                if let mtime = changes.mtime { now.modified = mtime }
-                if let atime = changes.atime { now.lastAccess = atime }
-                now.changed = Self.now()
-                try w.update(now)
-                if try synced && now.revision != nil && !w.reader.isExcluded(ino) { try w.enqueue(.attributes, ino: ino) }
+                guard var row = try w.reader.item(ino) else { throw FSError.notFound }
+                if let mode = changes.mode { row.mode = mode & 0o7777 }
+                if let uid = changes.uid { row.uid = uid }
+                if let gid = changes.gid { row.gid = gid }
+                if let mtime = changes.mtime { row.modified = mtime }
+                if let atime = changes.atime { row.lastAccess = atime }
+                row.changed = Self.now()
+                try w.update(row)
+                if try synced && row.revision != nil && !w.reader.isExcluded(ino) { try w.enqueue(.attributes, ino: ino) }
             }
-            if let mtime = changes.mtime { live.withLock { if $0[ino] != nil { $0[ino]!.modified = mtime } } }
+            if let mtime = changes.mtime { sizesBeingWritten.withLock { if $0[ino] != nil { $0[ino]!.modified = mtime } } }
             engine.outboxChanged()
         }
         return attributes(of: try self.item(ino))
@@ -242,7 +242,7 @@ extension FileSystem {
         }
         engine.didWrite(ino)
         let now = Self.now()
-        live.withLock { $0[ino] = Live(size: size, modified: now) }
+        sizesBeingWritten.withLock { $0[ino] = BeingWritten(size: size, modified: now) }
         try commit { w in
             guard var item = try w.reader.item(ino) else { return }
             item.size = size

@@ -38,7 +38,7 @@ extension FileSystem {
         let pending = (try? store.read { try $0.pendingOps(for: item.ino) }) ?? 0
         let transfer = engine.transfer(item.ino)
         var item = item
-        if let l = live.withLock({ $0[item.ino] }) { item.size = l.size }
+        if let l = sizesBeingWritten.withLock({ $0[item.ino] }) { item.size = l.size }
         return ItemStatus(item: item, excluded: excluded, pendingOps: pending, downloadPercent: transfer.downloadPercent,
                           uploading: transfer.uploading, uploadPercent: transfer.uploadPercent)
     }

@@ -14,8 +14,8 @@ import Synchronization
 /// (open of a placeholder, read of bytes not yet here) are `async`; the bridge runs them in a
 /// Task and replies when they finish.
 ///
-/// Lock order: `handles` then `live`; both are leaves for everything else (no I/O, no database
-/// call, no engine call under them).
+/// Lock order: `handles` then `sizesBeingWritten`; both are leaves for everything else (no
+/// I/O, no database call, no engine call under them).
 public final class FileSystem: Sendable {
     public let engine: SyncEngine
     let store: LocalStore
@@ -47,7 +47,7 @@ public final class FileSystem: Sendable {
     }
 
     /// The size and time of a file being written, ahead of the database until the last close.
-    struct Live: Sendable {
+    struct BeingWritten: Sendable {
         var size: Int64
         var modified: Timestamp
     }
@@ -70,7 +70,7 @@ public final class FileSystem: Sendable {
         let ino: Int64
         var entries: [DirectoryEntry]?
     }
-    let live = Mutex<[Int64: Live]>([:])
+    let sizesBeingWritten = Mutex<[Int64: BeingWritten]>([:])
     /// Items deleted while open: the kernel may still ask about them until the last close.
     let detached = Mutex<[Int64: LocalItem]>([:])
     /// Files whose kernel page cache may hold the bytes of a replaced version (read through a
@@ -108,7 +108,7 @@ public final class FileSystem: Sendable {
     }
 
     func attributes(of item: LocalItem) -> NodeAttributes {
-        let l = live.withLock { $0[item.ino] }
+        let l = sizesBeingWritten.withLock { $0[item.ino] }
         var item = item
         if let accessed = engine.unsavedAccess(item.ino) { item.lastAccess = max(item.lastAccess, accessed) }
         if item.kind == .folder { item.modified = listings.modified(item.ino, stored: item.modified) }
