@@ -38,14 +38,14 @@ extension Downloads {
         guard let item = try? store.read({ try $0.item(ino) }), item.revision != nil,
               let current = try? await remote.item(item.itemID) else { return }
         let repaired = (try? store.write { w -> Bool in
-            guard var now = try w.reader.item(ino), now.itemID == current.id, now.kind == .file, now.content != .dirty,
-                  try w.reader.pendingOps(for: ino) == 0, now.size != current.size || now.serverDigest != current.digest
+            guard var row = try w.reader.item(ino), row.itemID == current.id, row.kind == .file, row.content != .dirty,
+                  try w.reader.pendingOps(for: ino) == 0, row.size != current.size || row.serverDigest != current.digest
             else { return false }
-            now.size = current.size
-            now.serverDigest = current.digest
-            now.modified = current.modified
-            now.downloadError = nil
-            try w.update(now)
+            row.size = current.size
+            row.serverDigest = current.digest
+            row.modified = current.modified
+            row.downloadError = nil
+            try w.update(row)
             return true
         }) ?? false
         if repaired {

@@ -219,11 +219,11 @@ public final class Downloads: Sendable {
         // opens (or creates) the new file, which the download then sizes in place.
         cache.remove(ino)
         let ours = (try? store.write { w -> Bool in
-            guard var now = try w.reader.item(ino), now.content == .stale else { return false }
-            now.content = .placeholder
-            now.cachedBytes = 0
-            try w.update(now)
-            return now.serverDigest == digest
+            guard var row = try w.reader.item(ino), row.content == .stale else { return false }
+            row.content = .placeholder
+            row.cachedBytes = 0
+            try w.update(row)
+            return row.serverDigest == digest
         }) ?? false
         observer.invalidate([.inode(ino)])
         return ours

@@ -40,11 +40,11 @@ extension SyncEngine {
         try store.write { try $0.dropDownloadRequest(ino) }
         downloads.cancel(ino)
         try store.write { w in
-            guard var now = try w.reader.item(ino), now.content != .dirty else { return }
-            now.content = .placeholder
-            now.cachedBytes = 0
-            now.downloadError = nil
-            try w.update(now)
+            guard var row = try w.reader.item(ino), row.content != .dirty else { return }
+            row.content = .placeholder
+            row.cachedBytes = 0
+            row.downloadError = nil
+            try w.update(row)
         }
         cache.remove(ino)
         observer.invalidate([.inode(ino)])
@@ -152,10 +152,10 @@ extension SyncEngine {
     /// current version failed (the reason is in `downloadingError`).
     public func waitForContent(_ item: LocalItem, range: Range<Int64>) async throws {
         for _ in 0..<8 {
-            guard let now = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
-            if now.content.isWhole { return }
+            guard let row = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
+            if row.content.isWhole { return }
             do {
-                try await downloads.wait(for: range, of: now)
+                try await downloads.wait(for: range, of: row)
             } catch EngineError.cancelled {
                 continue
             }
@@ -169,7 +169,7 @@ extension SyncEngine {
             guard let after = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
             if after.content.isWhole { return }
             if let running, running == after.serverDigest { return }
-            if running == nil, let error = after.downloadError, after.serverDigest == now.serverDigest {
+            if running == nil, let error = after.downloadError, after.serverDigest == row.serverDigest {
                 throw EngineError.offline(error)
             }
         }
@@ -183,13 +183,13 @@ extension SyncEngine {
         downloads.cancel(ino)
         cache.remove(ino)
         try? store.write { w in
-            guard var now = try w.reader.item(ino) else { return }
-            now.content = .placeholder
-            now.cachedBytes = 0
+            guard var row = try w.reader.item(ino) else { return }
+            row.content = .placeholder
+            row.cachedBytes = 0
             // The failed version is gone: nothing of it waits to go up any more.
-            now.uploadError = nil
+            row.uploadError = nil
             try w.dropOps(for: ino)
-            try w.update(now)
+            try w.update(row)
         }
         // The space is back: the reserve too, before the next writer fills the volume again.
         cache.ensureReserve()
@@ -198,12 +198,12 @@ extension SyncEngine {
             // The size and time the server has for the version shown again.
             guard let current = try? await remote.item(item.itemID) else { return }
             try? self.store.write { w in
-                guard var now = try w.reader.item(ino), now.content == .placeholder else { return }
-                now.size = current.size
-                now.modified = current.modified
-                now.serverDigest = current.digest
-                now.revision = current.revision
-                try w.update(now)
+                guard var row = try w.reader.item(ino), row.content == .placeholder else { return }
+                row.size = current.size
+                row.modified = current.modified
+                row.serverDigest = current.digest
+                row.revision = current.revision
+                try w.update(row)
             }
             self.observer.invalidate([.inode(ino)])
         }

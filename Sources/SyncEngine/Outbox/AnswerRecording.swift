@@ -10,7 +10,7 @@ extension SyncEngine {
     /// delete found no server item to change then.
     /// Inside a transaction; true when something was queued.
     func followUpCreate(_ sent: LocalItem, _ created: ItemMetadata, _ w: LocalWriter) throws -> Bool {
-        guard let now = try w.reader.item(sent.ino), now.itemID == created.id else {
+        guard let row = try w.reader.item(sent.ino), row.itemID == created.id else {
             // Deleted meanwhile: its deletion is queued already (see FileSystem.deleteRow).
             if try !w.reader.hasPendingDelete(of: created.id) {
                 try w.enqueue(.delete, ino: sent.ino, itemID: created.id, revision: created.revision)
@@ -19,9 +19,9 @@ extension SyncEngine {
             return false
         }
         var queued = false
-        if now.name != sent.name || now.parent != sent.parent { try w.enqueue(.move, ino: sent.ino); queued = true }
-        if now.mode != sent.mode || now.modified != sent.modified { try w.enqueue(.attributes, ino: sent.ino); queued = true }
-        if now.xattrs != sent.xattrs { try w.enqueue(.xattrs, ino: sent.ino); queued = true }
+        if row.name != sent.name || row.parent != sent.parent { try w.enqueue(.move, ino: sent.ino); queued = true }
+        if row.mode != sent.mode || row.modified != sent.modified { try w.enqueue(.attributes, ino: sent.ino); queued = true }
+        if row.xattrs != sent.xattrs { try w.enqueue(.xattrs, ino: sent.ino); queued = true }
         return queued
     }
 
@@ -37,17 +37,17 @@ extension SyncEngine {
     }
 
     func adoptMetadata(_ ino: Int64, _ result: ItemMetadata, sentFrom: Revision? = nil, _ w: LocalWriter, _ effects: inout EffectsAfterCommit) throws {
-        guard var now = try w.reader.item(ino) else {
+        guard var row = try w.reader.item(ino) else {
             try w.updatePendingDelete(of: result.id, revision: result.revision)
             try passToSuccessor(result, sentFrom: sentFrom, w)
             return
         }
-        guard now.itemID == result.id else { return }
-        now.revision = result.revision
-        try settleXattrChanges(now, heldByServer: result, w)
-        try takeServerContent(&now, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes), &effects)
-        now.uploadError = nil
-        try w.update(now)
+        guard row.itemID == result.id else { return }
+        row.revision = result.revision
+        try settleXattrChanges(row, heldByServer: result, w)
+        try takeServerContent(&row, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes), &effects)
+        row.uploadError = nil
+        try w.update(row)
     }
 
     /// A safe save gave the item's identity to another row (see `FileSystem.rename`) while a
@@ -62,9 +62,9 @@ extension SyncEngine {
     }
 
     /// Attributes the server now holds as this device does are no longer changes of ours.
-    func settleXattrChanges(_ now: LocalItem, heldByServer result: ItemMetadata, _ w: LocalWriter) throws {
-        let changed = try w.reader.xattrChanges(of: now.ino)
-        if !changed.isEmpty { try w.settleXattrChanges(now.ino, changed.filter { now.xattrs[$0] == result.xattrs[$0] }) }
+    func settleXattrChanges(_ row: LocalItem, heldByServer result: ItemMetadata, _ w: LocalWriter) throws {
+        let changed = try w.reader.xattrChanges(of: row.ino)
+        if !changed.isEmpty { try w.settleXattrChanges(row.ino, changed.filter { row.xattrs[$0] == result.xattrs[$0] }) }
     }
 
     static func mergeXattrs(server: [String: Data], local: [String: Data], changedHere: Set<String>) -> [String: Data] {

@@ -73,9 +73,9 @@ extension SyncEngine {
                 // server stored it): not another device's edit. Go up from it.
                 try rebase(item.ino, on: current, keepContent: true)
                 try store.write { w in
-                    guard var now = try w.reader.item(item.ino) else { return }
-                    now.serverDigest = theirs
-                    try w.update(now)
+                    guard var row = try w.reader.item(item.ino) else { return }
+                    row.serverDigest = theirs
+                    try w.update(row)
                 }
                 return .again
             }
@@ -111,12 +111,12 @@ extension SyncEngine {
     func recordUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64, _ w: LocalWriter) throws -> Bool {
         try w.dequeue(seq)
         try w.forgetSentContents(of: item.ino)
-        guard var now = try w.reader.item(item.ino) else {
+        guard var row = try w.reader.item(item.ino) else {
             try w.updatePendingDelete(of: result.id, revision: result.revision)
             try passToSuccessor(result, sentFrom: item.revision, w)
             return item.revision == nil ? try followUpCreate(item, result, w) : false
         }
-        guard now.itemID == result.id else {
+        guard row.itemID == result.id else {
             if try w.reader.hasPendingDelete(of: result.id) {
                 try w.updatePendingDelete(of: result.id, revision: result.revision)
             } else {
@@ -125,24 +125,24 @@ extension SyncEngine {
             try w.enqueue(.content, ino: item.ino)
             return true
         }
-        now.revision = result.revision
-        now.serverDigest = digest
-        now.uploadError = nil
-        try settleXattrChanges(now, heldByServer: result, w)
+        row.revision = result.revision
+        row.serverDigest = digest
+        row.uploadError = nil
+        try settleXattrChanges(row, heldByServer: result, w)
         let clean = state.withLock { s in
-            guard s.generation(of: item.ino) == generation && now.content == .dirty else { return false }
+            guard s.generation(of: item.ino) == generation && row.content == .dirty else { return false }
             if s.openForWriting[item.ino] != nil { s.cleanedWhileOpen.insert(item.ino) }
             s.forgetGenerations(of: item.ino)
             return true
         }
-        if clean { now.content = .current }
-        now.cachedBytes = max(now.cachedBytes, size)
-        try w.update(now)
+        if clean { row.content = .current }
+        row.cachedBytes = max(row.cachedBytes, size)
+        try w.update(row)
         // Changed (or its generations forgotten by a close) during the upload: what is in the
         // cache now goes up too. A write's release queues that itself; this covers the rest,
         // so a dirty file is never left with nothing queued (a waiting entry is not doubled).
         var again = false
-        if try !clean && now.content == .dirty && !w.reader.isExcluded(item.ino) {
+        if try !clean && row.content == .dirty && !w.reader.isExcluded(item.ino) {
             try w.enqueue(.content, ino: item.ino)
             again = true
         }

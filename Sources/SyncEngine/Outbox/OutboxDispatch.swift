@@ -125,8 +125,8 @@ extension SyncEngine {
                 // moved on from that edit's base: a conflict of content. Rebasing would make the
                 // server's revision the edit's base too, and the edit would then go up over the
                 // other device's version. The rename or chmod waits with the edit.
-                let now = try store.read { try $0.item(item.ino) }
-                if let now, now.kind == .file, now.content == .dirty, current.digest != now.serverDigest {
+                let row = try store.read { try $0.item(item.ino) }
+                if let row, row.kind == .file, row.content == .dirty, current.digest != row.serverDigest {
                     return Self.contentConflict(current)
                 }
                 // Metadata changes apply on top of whatever changed meanwhile: rebase and resend.

@@ -26,28 +26,28 @@ extension SyncEngine {
             return Self.contentConflict(current)
         }
         let moved = try store.write { w -> [KernelInvalidation] in
-            guard var now = try w.reader.item(item.ino), now.itemID == current.id, now.revision == nil else { return [] }
-            now.revision = current.revision
-            now.serverDigest = current.digest
+            guard var row = try w.reader.item(item.ino), row.itemID == current.id, row.revision == nil else { return [] }
+            row.revision = current.revision
+            row.serverDigest = current.digest
             // The create is on the server: the error its lost answers left is no longer true.
-            now.uploadError = nil
-            var localParentID = try now.parent.flatMap { try w.reader.item($0)?.itemID }
+            row.uploadError = nil
+            var localParentID = try row.parent.flatMap { try w.reader.item($0)?.itemID }
             var invalidations: [KernelInvalidation] = []
-            if let oldParent = now.parent, let oldParentID = localParentID,
-               let place = try serverPlaceToTake(now, parentID: oldParentID, current, w) {
+            if let oldParent = row.parent, let oldParentID = localParentID,
+               let place = try serverPlaceToTake(row, parentID: oldParentID, current, w) {
                 // Moved by another device after the create landed, and not here since: its
                 // place stands (sending this device's back would undo that move).
-                invalidations = [.entry(parent: oldParent, name: now.name), .inode(oldParent), .inode(place.parent),
-                                 .entry(parent: place.parent, name: place.name), .inode(now.ino)]
-                now.parent = place.parent
-                now.name = place.name
+                invalidations = [.entry(parent: oldParent, name: row.name), .inode(oldParent), .inode(place.parent),
+                                 .entry(parent: place.parent, name: place.name), .inode(row.ino)]
+                row.parent = place.parent
+                row.name = place.name
                 localParentID = current.parentID
             }
-            try w.update(now)
-            try w.forgetSentContents(of: now.ino)
-            if now.name != current.name || localParentID != current.parentID { try w.enqueue(.move, ino: now.ino) }
-            if now.mode != current.mode || now.modified != current.modified { try w.enqueue(.attributes, ino: now.ino) }
-            if now.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: now.ino) }
+            try w.update(row)
+            try w.forgetSentContents(of: row.ino)
+            if row.name != current.name || localParentID != current.parentID { try w.enqueue(.move, ino: row.ino) }
+            if row.mode != current.mode || row.modified != current.modified { try w.enqueue(.attributes, ino: row.ino) }
+            if row.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: row.ino) }
             return invalidations
         }
         if !moved.isEmpty { observer.invalidate(moved) }
@@ -61,16 +61,16 @@ extension SyncEngine {
     /// A rename here since goes up instead, as a rename here does against any other device's.
     /// Nil also when the folder is not here or the name is taken in it.
     /// `parentID`: the server id of the row's folder.
-    func serverPlaceToTake(_ now: LocalItem, parentID: ItemID, _ current: ItemMetadata, _ w: LocalWriter) throws -> (parent: Int64, name: String)? {
-        guard let first = try w.reader.firstCreatePlace(of: now.ino), let serverParentID = current.parentID,
+    func serverPlaceToTake(_ row: LocalItem, parentID: ItemID, _ current: ItemMetadata, _ w: LocalWriter) throws -> (parent: Int64, name: String)? {
+        guard let first = try w.reader.firstCreatePlace(of: row.ino), let serverParentID = current.parentID,
               SentPlace(parentID: serverParentID, name: current.name) != first,
-              SentPlace(parentID: parentID, name: now.name) == first,
+              SentPlace(parentID: parentID, name: row.name) == first,
               let parent = try w.reader.item(id: serverParentID), parent.kind == .folder
         else { return nil }
-        if let clash = try w.reader.child(of: parent.ino, named: current.name), clash.ino != now.ino { return nil }
+        if let clash = try w.reader.child(of: parent.ino, named: current.name), clash.ino != row.ino { return nil }
         // Never into itself or below itself here (a local move waiting on this create): that
         // would cut both out of the tree. Its own rename goes up then, as before.
-        if try w.reader.isWithin(parent.ino, now.ino) { return nil }
+        if try w.reader.isWithin(parent.ino, row.ino) { return nil }
         return (parent.ino, current.name)
     }
 

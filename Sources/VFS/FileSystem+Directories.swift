@@ -1,0 +1,58 @@
+import ItemModel
+import LocalState
+
+extension FileSystem {
+    public func openDirectory(_ ino: Int64) throws(FSError) -> UInt64 {
+        guard try item(ino).kind == .folder else { throw .notADirectory }
+        return handles.withLock { h in
+            let id = h.next
+            h.next += 1
+            h.dirs[id] = OpenDirectory(ino: ino)
+            return id
+        }
+    }
+
+    /// Entries from `offset` (an index into the snapshot; 0 is the first). A read at offset 0
+    /// takes a new snapshot (the start of a listing, or a `rewinddir`); later offsets index into
+    /// it, so they stay stable across the kernel's readdir calls.
+    public func readDirectory(_ handle: UInt64, from offset: Int) throws(FSError) -> LazyMapSequence<ArraySlice<DirectoryEntry>, DirectoryEntry> {
+        guard let dir = handles.withLock({ $0.dirs[handle] }) else { throw .badHandle }
+        var entries = dir.entries ?? []
+        if dir.entries == nil || offset == 0 {
+            do {
+                entries = try store.read { try $0.children(of: dir.ino) }.map { DirectoryEntry(name: $0.name, attributes: attributes(of: $0)) }
+            } catch { throw .io }
+            handles.withLock { $0.dirs[handle]?.entries = entries }
+        }
+        // A change after the snapshot moves its folders' times (see `FolderListings`), as the
+        // kernel reads each entry; lazily, since it reads only as many as fit its buffer.
+        return entries[min(offset, entries.count)...].lazy.map { [listings] e in
+            guard e.attributes.kind == .folder else { return e }
+            var shown = e
+            shown.attributes.mtime = listings.modified(e.attributes.ino, stored: e.attributes.mtime)
+            return shown
+        }
+    }
+
+    public func closeDirectory(_ handle: UInt64) {
+        _ = handles.withLock { $0.dirs.removeValue(forKey: handle) }
+    }
+
+    public func makeDirectory(parent: Int64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32) throws(FSError) -> NodeAttributes {
+        let n = try Self.name(name)
+        let now = Self.now()
+        let made = try commit { w in
+            guard let p = try w.reader.item(parent) else { throw FSError.notFound }
+            guard p.kind == .folder else { throw FSError.notADirectory }
+            if try w.reader.child(of: parent, named: n.rawValue) != nil { throw FSError.exists }
+            let item = try w.insert(LocalItem(
+                itemID: .random(), parent: parent, name: n.rawValue, kind: .folder, size: 0, mode: mode & 0o7777,
+                uid: uid, gid: gid, created: now, modified: now, changed: now, content: .current, pinned: p.pinned))
+            if try !w.reader.isExcluded(item.ino) { try w.enqueue(.createFolder, ino: item.ino) }
+            try touchFolder(parent, w, now)
+            return item
+        }
+        engine.outboxChanged()
+        return attributes(of: made)
+    }
+}

@@ -1,0 +1,177 @@
+import ItemModel
+import LocalState
+import SyncEngine
+
+extension FileSystem {
+    public func unlink(parent: Int64, name: [UInt8]) throws(FSError) {
+        try remove(parent: parent, name: name, folder: false)
+    }
+
+    public func removeDirectory(parent: Int64, name: [UInt8]) throws(FSError) {
+        try remove(parent: parent, name: name, folder: true)
+    }
+
+    func remove(parent: Int64, name: [UInt8], folder: Bool) throws(FSError) {
+        let n = try Self.name(name)
+        let now = Self.now()
+        let removed = try commit { w -> LocalItem in
+            guard let item = try w.reader.child(of: parent, named: n.rawValue) else { throw FSError.notFound }
+            if folder {
+                guard item.kind == .folder else { throw FSError.notADirectory }
+                if try w.reader.childCount(of: item.ino) > 0 { throw FSError.notEmpty }
+            } else if item.kind == .folder {
+                throw FSError.isADirectory
+            }
+            try deleteRow(item, w)
+            try touchFolder(parent, w, now)
+            return item
+        }
+        if engine.isOpen(removed.ino) {
+            detached.withLock { $0[removed.ino] = removed }
+        } else {
+            cache.remove(removed.ino)
+            // Space came back: the maintenance pass makes the disk-full reserve again, if a full
+            // disk used it up (a later fill must find it there to record its failure).
+            engine.contentChangedLocally()
+        }
+        engine.downloads.cancel(removed.ino)
+        engine.outboxChanged()
+    }
+
+    /// Removes an item's row and queues its deletion on the server, in one transaction.
+    ///
+    /// Also for an item that has no server revision yet: its create may be in flight, and the
+    /// queued deletion both removes what that create makes and keeps the create's echo on the
+    /// change feed from bringing the item back. (The outbox asks the server first; an item
+    /// that never went up costs one lookup.)
+    func deleteRow(_ item: LocalItem, _ w: LocalWriter) throws {
+        let excluded = try w.reader.isExcluded(item.ino)
+        try w.dropOps(for: item.ino)
+        try w.forgetSentContents(of: item.ino)
+        try w.delete(item.ino)
+        if !excluded {
+            try w.enqueue(.delete, ino: item.ino, itemID: item.itemID, revision: item.revision)
+        }
+    }
+
+    /// `whiteout` (RENAME_WHITEOUT, for overlay file systems) leaves a device node behind, which
+    /// the mount does not keep: refused.
+    public func rename(parent: Int64, name: [UInt8], newParent: Int64, newName: [UInt8], noReplace: Bool, exchange: Bool, whiteout: Bool = false) throws(FSError) {
+        if whiteout { throw .invalidArgument }
+        if exchange { throw .invalidArgument }
+        let from = try Self.name(name)
+        let to = try Self.name(newName)
+        let now = Self.now()
+        var replaced: LocalItem?
+        try commit { w in
+            replaced = nil  // `commit` may run this body a second time (a full disk)
+            let r = w.reader
+            guard var source = try r.child(of: parent, named: from.rawValue) else { throw FSError.notFound }
+            guard let destination = try r.item(newParent) else { throw FSError.notFound }
+            guard destination.kind == .folder else { throw FSError.notADirectory }
+            if parent == newParent && from == to { return }
+            // A folder cannot move below itself.
+            if try r.isWithin(newParent, source.ino) { throw FSError.invalidArgument }
+            let wasExcluded = try r.isExcluded(source.ino)
+            var tookOver: LocalItem?
+            if let target = try r.child(of: newParent, named: to.rawValue) {
+                if noReplace { throw FSError.exists }
+                if target.kind == .folder {
+                    guard source.kind == .folder else { throw FSError.isADirectory }
+                    if try r.childCount(of: target.ino) > 0 { throw FSError.notEmpty }
+                } else if source.kind == .folder {
+                    throw FSError.notADirectory
+                }
+                if try source.kind == .file && source.revision == nil && target.revision != nil && !r.isExcluded(target.ino) {
+                    // An editor's safe save (write a temp file, rename it over): the new content
+                    // becomes the next version of the same item, with the target's base
+                    // revision, so the server checks it like any edit.
+                    if try r.hasStartedCreate(source.ino) {
+                        // The temp file's own create may be on its way: the item it makes is
+                        // nobody's from now on. Its deletion is queued at once, so that until it
+                        // is gone the change feed keeps it away from this device, and a later
+                        // save refused because it still holds the temp name sends it first.
+                        try w.enqueue(.delete, ino: source.ino, itemID: source.itemID, revision: nil)
+                    }
+                    try w.dropOps(for: target.ino)
+                    try w.delete(target.ino)
+                    source.itemID = target.itemID
+                    source.revision = target.revision
+                    source.serverDigest = target.serverDigest
+                    tookOver = target
+                } else {
+                    try deleteRow(target, w)
+                }
+                replaced = target
+            }
+            source.parent = newParent
+            source.name = to.rawValue
+            source.changed = now
+            try w.update(source)
+            try touchFolder(parent, w, now)
+            if newParent != parent { try touchFolder(newParent, w, now) }
+            let isExcluded = try r.isExcluded(source.ino)
+            switch (wasExcluded, isExcluded) {
+            case (false, false):
+                if source.revision != nil {
+                    try w.enqueue(.move, ino: source.ino)
+                    if source.content == .dirty { try w.enqueue(.content, ino: source.ino) }
+                    if let old = tookOver { try queueDifferences(of: source, from: old, w) }
+                } else if try r.hasStartedCreate(source.ino) {
+                    // The create in flight carries the old name and place. The move goes in the
+                    // queue now, in its turn: a follow-up queued when the create is answered
+                    // would come after a later deletion of the old folder, which the server
+                    // then refuses as not empty (a false conflict that restored the folder).
+                    try w.enqueue(.move, ino: source.ino)
+                }
+            case (false, true):
+                // Into a `.nosync` folder: local-only from now on, gone from the server.
+                try forgetOnServer(source, w)
+            case (true, false):
+                try announce(source, w)
+            case (true, true):
+                break
+            }
+        }
+        if let replaced {
+            if engine.isOpen(replaced.ino) { detached.withLock { $0[replaced.ino] = replaced } } else { cache.remove(replaced.ino) }
+        }
+        engine.outboxChanged()
+    }
+
+    /// A safe save's file keeps its own mode and attributes: those that differ from the file
+    /// it replaced go up too (a content upload carries neither). Its noted attribute changes
+    /// become exactly those that differ.
+    func queueDifferences(of source: LocalItem, from old: LocalItem, _ w: LocalWriter) throws {
+        if source.mode & 0o7777 != old.mode & 0o7777 { try w.enqueue(.attributes, ino: source.ino) }
+        let differing = Set(source.xattrs.keys).union(old.xattrs.keys).filter { source.xattrs[$0] != old.xattrs[$0] }
+        try w.settleXattrChanges(source.ino, try w.reader.xattrChanges(of: source.ino).subtracting(differing))
+        for name in differing { try w.noteXattrChange(source.ino, name: name) }
+        if !differing.isEmpty { try w.enqueue(.xattrs, ino: source.ino) }
+    }
+
+    /// Queues the deletion of an item (and what is below it) that became local-only.
+    func forgetOnServer(_ item: LocalItem, _ w: LocalWriter) throws {
+        for var d in try w.reader.descendants(of: item.ino) + [item] {
+            try w.dropOps(for: d.ino)
+            if let revision = d.revision, d.ino == item.ino {
+                try w.enqueue(.delete, ino: d.ino, itemID: d.itemID, revision: revision)
+            }
+            d.revision = nil
+            d.itemID = .random()
+            try w.update(d)
+        }
+    }
+
+    /// Queues the creation of an item (and what is below it) that stopped being local-only.
+    func announce(_ item: LocalItem, _ w: LocalWriter) throws {
+        var all = [item]
+        all += try w.reader.descendants(of: item.ino)
+        for var d in all {
+            d.revision = nil
+            if d.kind == .file { d.content = d.content == .placeholder ? .placeholder : .dirty }
+            try w.update(d)
+            try w.enqueue(d.kind == .folder ? .createFolder : .content, ino: d.ino)
+        }
+    }
+}

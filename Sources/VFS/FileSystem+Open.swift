@@ -1,0 +1,217 @@
+import Glibc
+import ItemModel
+import LocalState
+import SyncEngine
+import Synchronization
+
+extension FileSystem {
+    public struct Opened: Sendable {
+        public var handle: UInt64
+        /// The kernel may keep its page cache from an earlier open: the content did not change.
+        public var keepCache: Bool
+        public var attributes: NodeAttributes
+        /// The kernel must send flush on close (a writer's flush reports a failed write, such
+        /// as a full disk). A reader's close then costs no round trip to the daemon.
+        public var flushOnClose: Bool = true
+        /// Reads and writes bypass the kernel's page cache: another handle still reads a
+        /// replaced version of this inode through it.
+        public var directIO: Bool = false
+    }
+
+    public func createFile(parent: Int64, name: [UInt8], mode: UInt32, flags: Int32, uid: UInt32, gid: UInt32) throws(FSError) -> Opened {
+        let n = try Self.name(name)
+        let now = Self.now()
+        let made = try commit { w in
+            guard let p = try w.reader.item(parent) else { throw FSError.notFound }
+            guard p.kind == .folder else { throw FSError.notADirectory }
+            if try w.reader.child(of: parent, named: n.rawValue) != nil {
+                // The kernel creates only a name it holds as missing, so this one came from
+                // another device a moment ago (its invalidation still on its way). Without
+                // O_EXCL, open(2) opens what is there: ESTALE makes the kernel look the name up
+                // again and open the file itself, with its own permission checks.
+                throw flags & O_EXCL != 0 ? FSError.exists : FSError.stale
+            }
+            let item = try w.insert(LocalItem(
+                itemID: .random(), parent: parent, name: n.rawValue, kind: .file, size: 0, mode: mode & 0o7777,
+                uid: uid, gid: gid, created: now, modified: now, changed: now, content: .dirty, pinned: p.pinned))
+            try touchFolder(parent, w, now)
+            return (item: item, excluded: try w.reader.isExcluded(item.ino))
+        }
+        let fd: Int32
+        do { fd = try cache.open(made.item.ino, truncate: true) } catch { throw Self.fsError(error) }
+        // A new file is a change even if nothing is written: its release queues the upload.
+        let handle = register(Handle(ino: made.item.ino, fd: fd, writable: true, wrote: true, excluded: made.excluded))
+        sizesBeingWritten.withLock { $0[made.item.ino] = BeingWritten(size: 0, modified: now) }
+        engine.didOpen(made.item.ino, forWriting: true)
+        return Opened(handle: handle, keepCache: false, attributes: attributes(of: made.item))
+    }
+
+    public func open(_ ino: Int64, flags: Int32) async throws(FSError) -> Opened {
+        let item = try openable(ino)
+        guard item.kind == .file else { throw .isADirectory }
+        let waited = Self.needsContent(item, flags: flags, openForWriting: engine.isOpenForWriting(ino))
+        if waited {
+            do {
+                if Self.isWritable(flags) {
+                    // Writing into the middle of a file needs all of it here first.
+                    try await engine.waitForContent(item, range: 0..<item.size)
+                } else {
+                    try await engine.prepareForReading(item)
+                }
+            } catch {
+                throw Self.fsError(error)
+            }
+        }
+        let wasLocal = item.content.isWhole
+        // After a download the row changed: read it again.
+        return try finishOpen(waited ? try self.item(ino) : item, flags: flags, wasLocal: wasLocal)
+    }
+
+    /// The open, answered at once, when it needs no download first (content here, or a
+    /// truncating open); nil when it does (then the caller uses `open`, in a task). Most opens
+    /// take this path and never leave the FUSE thread.
+    public func openIfLocal(_ ino: Int64, flags: Int32) throws(FSError) -> Opened? {
+        let item = try openable(ino)
+        guard item.kind == .file else { throw .isADirectory }
+        if Self.needsContent(item, flags: flags, openForWriting: engine.isOpenForWriting(ino)) { return nil }
+        return try finishOpen(item, flags: flags, wasLocal: item.content.isWhole)
+    }
+
+    /// A read-only open of a placeholder, answered without a task: the download is started
+    /// and the handle made here.
+    ///
+    /// Connected to the server, `answer` gets the open at once: the reader's first read is
+    /// then on its way while the first bytes are, and the thread that lands them answers it
+    /// (`readWhenLanded`). A download that fails then fails that read with EIO.
+    ///
+    /// Offline (or not yet connected), `answer` gets the open once the first bytes have
+    /// landed, on the thread that landed them, so that a placeholder that cannot be downloaded
+    /// fails its open at once. `answer(nil)` when they did not land (failed, or a newer version
+    /// replaced the download): the handle is gone then, and `open` says why or tries again.
+    /// False: not such an open; the caller uses `open`.
+    public func openWhileDownloading(_ ino: Int64, flags: Int32, answer: @escaping @Sendable (Opened?) -> Void) throws(FSError) -> Bool {
+        let item = try openable(ino)
+        guard item.kind == .file, !Self.isWritable(flags), item.content == .placeholder,
+              item.serverDigest != nil, item.size > 0
+        else { return false }
+        if engine.isConnected {
+            // Started first: its request is on its way while the handle is made.
+            engine.downloads.start(item)
+            answer(try finishOpen(item, flags: flags, wasLocal: false))
+            return true
+        }
+        // The download starts first, so that its request is on its way while the handle is
+        // made (the cache file, the database): whichever of the two ends last answers.
+        let rendezvous = Mutex<(opened: Opened?, landed: Bool?, failed: Bool)>((nil, nil, false))
+        let finish = { @Sendable [self] (opened: Opened, landed: Bool) in
+            if landed { return answer(opened) }
+            release(opened.handle)
+            answer(nil)
+        }
+        engine.whenFirstBytesLand(item) { landed in
+            let opened = rendezvous.withLock { r -> Opened? in
+                guard !r.failed else { return nil }
+                r.landed = landed
+                return r.opened
+            }
+            if let opened { finish(opened, landed) }
+        }
+        let opened: Opened
+        do { opened = try finishOpen(item, flags: flags, wasLocal: false) } catch {
+            // The open fails now; the download it started goes on for the next reader.
+            rendezvous.withLock { $0.failed = true }
+            throw error
+        }
+        if let landed = rendezvous.withLock({ r -> Bool? in
+            r.opened = opened
+            return r.landed
+        }) {
+            finish(opened, landed)
+        }
+        return true
+    }
+
+    static func isWritable(_ flags: Int32) -> Bool {
+        let access = flags & O_ACCMODE
+        return access == O_WRONLY || access == O_RDWR
+    }
+
+    /// A placeholder, a partial file, or a stale one (refreshed into a new cache file, unless a
+    /// writer has it open and writes into the old one) must be downloaded (its start, for
+    /// reading) before the open answers; a truncating open needs nothing.
+    static func needsContent(_ item: LocalItem, flags: Int32, openForWriting: Bool) -> Bool {
+        let truncate = isWritable(flags) && (flags & O_TRUNC) != 0
+        return !truncate && (item.content == .placeholder || (item.content == .stale && !openForWriting))
+    }
+
+    func finishOpen(_ item: LocalItem, flags: Int32, wasLocal: Bool) throws(FSError) -> Opened {
+        let ino = item.ino
+        let writable = Self.isWritable(flags)
+        let truncate = writable && (flags & O_TRUNC) != 0
+        let fd: Int32
+        do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
+        // Only a writer's close queues an upload, which an excluded item must not: a reader's
+        // open (most opens, and every placeholder's first) skips this database read.
+        let excluded = writable ? ((try? store.read { try $0.isExcluded(ino) }) ?? false) : false
+        // A stale copy here is whole (a refresh makes the row a placeholder first).
+        let local = item.content.isWhole || item.content == .stale
+        let handle = register(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded,
+                                     digest: local ? nil : item.serverDigest, knownLocal: local))
+        let (oldPages, oldCopyOpen) = pagesOfOldCopy(ino)
+        engine.didOpen(ino, forWriting: writable)
+        if truncate {
+            do { try setSize(ino, 0, fd: fd) } catch {
+                release(handle)
+                throw error
+            }
+            markWritten(handle)
+        }
+        engine.didAccess(ino)
+        // Truncated: the row changed (read it again), and the kernel's cached pages are old.
+        let shown = try truncate ? self.item(ino) : item
+        return Opened(handle: handle, keepCache: wasLocal && !truncate && !oldPages, attributes: attributes(of: shown),
+                      flushOnClose: writable, directIO: oldCopyOpen)
+    }
+
+    /// Whether the kernel's pages of `ino` may hold a replaced version's bytes, and whether a
+    /// handle still reads that version. An open must then not keep those pages; and while such
+    /// a handle is open, the new one bypasses the page cache, which the two would share.
+    func pagesOfOldCopy(_ ino: Int64) -> (pages: Bool, oldCopyOpen: Bool) {
+        guard pagesOfOldCopies.withLock({ $0.contains(ino) }) else { return (false, false) }
+        let open = handles.withLock { s in s.open.values.contains { $0.ino == ino && $0.oldCopy } }
+        // The last old copy closed: this open (which does not keep the cache) drops its pages.
+        if !open { pagesOfOldCopies.withLock { _ = $0.remove(ino) } }
+        return (true, open)
+    }
+
+    func register(_ h: Handle) -> UInt64 {
+        handles.withLock { s in
+            let id = s.next
+            s.next += 1
+            s.open[id] = h
+            return id
+        }
+    }
+}
+
+extension FileSystem: CacheFileHolders {
+    public func downloadCompleted(_ ino: Int64, digest: ContentDigest) {
+        handles.withLock { s in
+            for (key, h) in s.open where h.ino == ino && h.digest == digest { s.open[key]!.knownLocal = true }
+        }
+    }
+
+    public func willReplaceStaleCopy(_ ino: Int64) -> Bool {
+        let keptOpen = handles.withLock { s -> Bool? in
+            let ours = s.open.filter { $0.value.ino == ino }
+            if ours.values.contains(where: \.writable) { return nil }
+            // The others followed a download that never completed: `rowForHandleVersion`
+            // fails their reads.
+            for (key, h) in ours where h.knownLocal { s.open[key]!.oldCopy = true }
+            return ours.values.contains(where: \.knownLocal)
+        }
+        guard let keptOpen else { return false }
+        if keptOpen { pagesOfOldCopies.withLock { _ = $0.insert(ino) } }
+        return true
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import ItemModel
+import LocalState
+import SyncEngine
+
+extension FileSystem {
+    public func getXattr(_ ino: Int64, name: String) throws(FSError) -> [UInt8] {
+        // `ls -l` asks for ACLs (system.posix_acl_*) on every file. EOPNOTSUPP says "no ACLs on
+        // this file system", which ls remembers for the whole device; ENODATA would make it ask
+        // again for every file, each a round trip. Answered without touching the database.
+        if name.hasPrefix("system.") { throw .notSupported }
+        guard name.hasPrefix("user.") else { throw .noAttribute }
+        let item = try item(ino)
+        if name.hasPrefix(ItemStatus.prefix) {
+            if name == "user.ubiq.identityToken" {
+                guard ino == LocalItem.rootIno else { throw .noAttribute }
+                return Array(identityToken.utf8)
+            }
+            guard let value = status(of: item).attributes.first(where: { $0.0 == name })?.1 else { throw .noAttribute }
+            return Array(value.utf8)
+        }
+        guard let value = item.xattrs[name] else { throw .noAttribute }
+        return Array(value)
+    }
+
+    /// Names only, from the item's row alone: listing must stay one query (tools list the
+    /// attributes of every file they copy or show).
+    public func listXattrs(_ ino: Int64) throws(FSError) -> [String] {
+        let item = try item(ino)
+        var names = ItemStatus.names(downloadingError: item.downloadError != nil, uploadingError: item.uploadError != nil, revision: item.revision != nil)
+        if ino == LocalItem.rootIno { names.append("user.ubiq.identityToken") }
+        names += item.xattrs.keys.sorted()
+        return names
+    }
+
+    public func status(of item: LocalItem) -> ItemStatus {
+        let excluded = (try? store.read { try $0.isExcluded(item.ino) }) ?? false
+        let pending = (try? store.read { try $0.pendingOps(for: item.ino) }) ?? 0
+        let transfer = engine.transfer(item.ino)
+        var item = item
+        if let l = sizesBeingWritten.withLock({ $0[item.ino] }) { item.size = l.size }
+        return ItemStatus(item: item, excluded: excluded, pendingOps: pending, downloadPercent: transfer.downloadPercent,
+                          uploading: transfer.uploading, uploadPercent: transfer.uploadPercent)
+    }
+
+    public func setXattr(_ ino: Int64, name: String, value: [UInt8], create: Bool, replace: Bool) throws(FSError) {
+        if name.hasPrefix(ItemStatus.prefix) {
+            guard ItemStatus.writable.contains(name) else { throw .readOnlyAttribute }
+            let text = String(decoding: value, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            do {
+                switch (name, text) {
+                // The pin itself asks for the downloads (the background starts pinned files
+                // that need content); no download request is recorded, so after an unpin none
+                // of them starts any more.
+                case ("user.ubiq.pinned", "1"): try engine.setPinned(ino, true)
+                case ("user.ubiq.pinned", "0"): try engine.setPinned(ino, false)
+                case ("user.ubiq.downloadingStatus", "current"): try engine.startDownload(ino)
+                case ("user.ubiq.downloadingStatus", "notDownloaded"): try engine.evict(ino)
+                default: throw FSError.invalidArgument
+                }
+            } catch let e as FSError {
+                throw e
+            } catch is EvictRefusal {
+                throw .busyWithUnsentChanges
+            } catch {
+                throw Self.fsError(error)
+            }
+            return
+        }
+        guard name.hasPrefix("user."), name.utf8.count > 5 else { throw .notSupported }
+        guard name.utf8.count <= SyncedXattr.maxNameBytes else { throw .nameTooLong }
+        try commit { w in
+            guard var item = try w.reader.item(ino) else { throw FSError.notFound }
+            let exists = item.xattrs[name] != nil
+            if create && exists { throw FSError.exists }
+            if replace && !exists { throw FSError.noAttribute }
+            item.xattrs[name] = Data(value)
+            do { try SyncedXattr.validate(item.xattrs) } catch { throw FSError.attributeTooLarge }
+            item.changed = Self.now()
+            try w.update(item)
+            try queueXattrChange(item, name: name, w)
+        }
+        engine.outboxChanged()
+    }
+
+    public func removeXattr(_ ino: Int64, name: String) throws(FSError) {
+        if name.hasPrefix(ItemStatus.prefix) { throw .readOnlyAttribute }
+        guard name.hasPrefix("user.") else { throw .noAttribute }
+        try commit { w in
+            guard var item = try w.reader.item(ino) else { throw FSError.notFound }
+            guard item.xattrs.removeValue(forKey: name) != nil else { throw FSError.noAttribute }
+            item.changed = Self.now()
+            try w.update(item)
+            try queueXattrChange(item, name: name, w)
+        }
+        engine.outboxChanged()
+    }
+
+    /// Records which attribute changed, for a merge with changes made elsewhere meanwhile,
+    /// and queues the send of an uploaded item's attributes (a new item's create carries
+    /// them; a change made while the create is in flight is sent after it, see
+    /// `followUpCreate`).
+    func queueXattrChange(_ item: LocalItem, name: String, _ w: LocalWriter) throws {
+        guard try !w.reader.isExcluded(item.ino) else { return }
+        try w.noteXattrChange(item.ino, name: name)
+        if item.revision != nil { try w.enqueue(.xattrs, ino: item.ino) }
+    }
+}
