@@ -85,8 +85,9 @@ struct OfflineTests {
             }
             #expect(try await h.read(ino) == v2)
             #expect(try h.pending(ino) == [.content])
-            let attempts = h.remote.calls(.hasBlob) + h.remote.calls(.uploadBlob) + h.remote.calls(.updateContent)
-            try await eventually("the outbox to try and fail") { h.remote.calls(.hasBlob) + h.remote.calls(.uploadBlob) + h.remote.calls(.updateContent) > attempts }
+            // Whichever notices first, the feed (its stream ended) or the upload (unreachable),
+            // the engine counts itself offline, and an offline outbox tries nothing more until
+            // the connection is back: whether the upload was tried at all is a race.
             try await eventually("the engine to notice it is offline") { !h.engine.isConnected }
             #expect(try h.pending(ino) == [.content], "the upload stays queued")
             #expect(h.remote.content(of: id) == v1)
@@ -99,6 +100,28 @@ struct OfflineTests {
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
             // The feed says so once its stream is back, which can come after the upload did.
             try await eventually("the engine to say it is connected again") { h.engine.isConnected }
+        }
+    }
+
+    @Test("an upload that finds the server unreachable is not an upload error: it stays queued and goes up later")
+    func uploadMeetsAnUnreachableServer() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try h.writeNewFile("doc.txt", Array("v1".utf8))
+        try await h.running {
+            try await eventually("the first upload") { try h.outbox().isEmpty && h.remote.item(atPath: "/doc.txt") != nil }
+            let id = try #require(h.remote.item(atPath: "/doc.txt")).id
+            let tries = h.remote.calls(.updateContent)
+            h.remote.failNext(.updateContent, with: .unreachable("the link went down"))
+            try await h.overwrite(ino, Array("v2".utf8))
+            // The failed try is recorded on the queued entry (to be tried again), not on the item.
+            try await eventually("the failed try to be recorded") {
+                try h.remote.calls(.updateContent) > tries && h.outbox().first?.lastError != nil
+            }
+            #expect(try h.xattr(ino, "user.ubiq.uploadingError") == nil, "being unreachable is not an upload error")
+            try await eventually("the edit to reach the server") { h.remote.content(of: id) == Array("v2".utf8) }
+            try await eventually("the outbox to drain") { try h.outbox().isEmpty }
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
         }
     }
 
