@@ -41,7 +41,7 @@ extension FileSystem {
     public func makeDirectory(parent: Int64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32) throws(FSError) -> NodeAttributes {
         let n = try Self.name(name)
         let now = Self.now()
-        let made = try commit { w in
+        let made = try commit(Rerunnable { [self] w in
             guard let p = try w.reader.item(parent) else { throw FSError.notFound }
             guard p.kind == .folder else { throw FSError.notADirectory }
             if try w.reader.child(of: parent, named: n.rawValue) != nil { throw FSError.exists }
@@ -51,7 +51,7 @@ extension FileSystem {
             if try !w.reader.isExcluded(item.ino) { try w.enqueue(.createFolder, ino: item.ino) }
             try touchFolder(parent, w, now)
             return item
-        }
+        })
         engine.outboxChanged()
         return attributes(of: made)
     }

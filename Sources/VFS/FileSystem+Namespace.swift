@@ -14,7 +14,7 @@ extension FileSystem {
     func remove(parent: Int64, name: [UInt8], folder: Bool) throws(FSError) {
         let n = try Self.name(name)
         let now = Self.now()
-        let removed = try commit { w -> LocalItem in
+        let removed = try commit(Rerunnable { [self] w -> LocalItem in
             guard let item = try w.reader.child(of: parent, named: n.rawValue) else { throw FSError.notFound }
             if folder {
                 guard item.kind == .folder else { throw FSError.notADirectory }
@@ -25,7 +25,7 @@ extension FileSystem {
             try deleteRow(item, w)
             try touchFolder(parent, w, now)
             return item
-        }
+        })
         if engine.isOpen(removed.ino) {
             detached.withLock { $0[removed.ino] = removed }
         } else {
@@ -63,7 +63,7 @@ extension FileSystem {
         let to = try Self.name(newName)
         let now = Self.now()
         var replaced: LocalItem?
-        try commit { w in
+        try commit(Rerunnable { [self] w in
             replaced = nil  // `commit` may run this body a second time (a full disk)
             let r = w.reader
             guard var source = try r.child(of: parent, named: from.rawValue) else { throw FSError.notFound }
@@ -132,7 +132,7 @@ extension FileSystem {
             case (true, true):
                 break
             }
-        }
+        })
         if let replaced {
             if engine.isOpen(replaced.ino) { detached.withLock { $0[replaced.ino] = replaced } } else { cache.remove(replaced.ino) }
         }

@@ -21,7 +21,7 @@ extension FileSystem {
     public func createFile(parent: Int64, name: [UInt8], mode: UInt32, flags: Int32, uid: UInt32, gid: UInt32) throws(FSError) -> Opened {
         let n = try Self.name(name)
         let now = Self.now()
-        let made = try commit { w in
+        let made = try commit(Rerunnable { [self] w in
             guard let p = try w.reader.item(parent) else { throw FSError.notFound }
             guard p.kind == .folder else { throw FSError.notADirectory }
             if try w.reader.child(of: parent, named: n.rawValue) != nil {
@@ -36,7 +36,7 @@ extension FileSystem {
                 uid: uid, gid: gid, created: now, modified: now, changed: now, content: .dirty, pinned: p.pinned))
             try touchFolder(parent, w, now)
             return (item: item, excluded: try w.reader.isExcluded(item.ino))
-        }
+        })
         let fd: Int32
         do { fd = try cache.open(made.item.ino, truncate: true) } catch { throw Self.fsError(error) }
         // A new file is a change even if nothing is written: its release queues the upload.

@@ -150,7 +150,7 @@ extension FileSystem {
     func persistWrites(_ h: Handle, queueUpload: Bool) throws(FSError) {
         let l = sizesBeingWritten.withLock { $0[h.ino] }
         let size = cache.size(h.ino) ?? l?.size ?? 0
-        try commit { w in
+        try commit(Rerunnable { [self] w in
             guard var item = try w.reader.item(h.ino) else { return }
             item.size = size
             if let l { item.modified = l.modified }
@@ -165,7 +165,7 @@ extension FileSystem {
             }
             try w.updateContentState(item)
             if queueUpload && !h.excluded { try w.enqueue(.content, ino: h.ino) }
-        }
+        })
         engine.contentChangedLocally()
     }
 
@@ -218,7 +218,7 @@ extension FileSystem {
         }
         if changes.mode != nil || changes.mtime != nil || changes.uid != nil || changes.gid != nil || changes.atime != nil {
             let synced = changes.mode != nil || changes.mtime != nil
-            try commit { w in
+            try commit(Rerunnable { [self] w in
                 guard var row = try w.reader.item(ino) else { throw FSError.notFound }
                 if let mode = changes.mode { row.mode = mode & 0o7777 }
                 if let uid = changes.uid { row.uid = uid }
@@ -228,7 +228,7 @@ extension FileSystem {
                 row.changed = Self.now()
                 try w.update(row)
                 if try synced && row.revision != nil && !w.reader.isExcluded(ino) { try w.enqueue(.attributes, ino: ino) }
-            }
+            })
             if let mtime = changes.mtime { sizesBeingWritten.withLock { if $0[ino] != nil { $0[ino]!.modified = mtime } } }
             engine.outboxChanged()
         }
@@ -243,7 +243,7 @@ extension FileSystem {
         engine.didWrite(ino)
         let now = Self.now()
         sizesBeingWritten.withLock { $0[ino] = BeingWritten(size: size, modified: now) }
-        try commit { w in
+        try commit(Rerunnable { [self] w in
             guard var item = try w.reader.item(ino) else { return }
             item.size = size
             item.modified = now
@@ -253,6 +253,6 @@ extension FileSystem {
             // send this cut file. The truncating writer's close (or the caller, for a truncate
             // by path) queues the next; a crash before that holds the file back.
             try w.dropUploads(of: ino)
-        }
+        })
     }
 }

@@ -69,7 +69,7 @@ extension FileSystem {
         }
         guard name.hasPrefix("user."), name.utf8.count > 5 else { throw .notSupported }
         guard name.utf8.count <= SyncedXattr.maxNameBytes else { throw .nameTooLong }
-        try commit { w in
+        try commit(Rerunnable { [self] w in
             guard var item = try w.reader.item(ino) else { throw FSError.notFound }
             let exists = item.xattrs[name] != nil
             if create && exists { throw FSError.exists }
@@ -79,20 +79,20 @@ extension FileSystem {
             item.changed = Self.now()
             try w.update(item)
             try queueXattrChange(item, name: name, w)
-        }
+        })
         engine.outboxChanged()
     }
 
     public func removeXattr(_ ino: Int64, name: String) throws(FSError) {
         if name.hasPrefix(ItemStatus.prefix) { throw .readOnlyAttribute }
         guard name.hasPrefix("user.") else { throw .noAttribute }
-        try commit { w in
+        try commit(Rerunnable { [self] w in
             guard var item = try w.reader.item(ino) else { throw FSError.notFound }
             guard item.xattrs.removeValue(forKey: name) != nil else { throw FSError.noAttribute }
             item.changed = Self.now()
             try w.update(item)
             try queueXattrChange(item, name: name, w)
-        }
+        })
         engine.outboxChanged()
     }
 

@@ -165,18 +165,26 @@ public final class FileSystem: Sendable {
         try w.setFolderTimes(ino, modified: now, changed: now)
     }
 
+    /// A transaction body that may run twice: `commit` runs it again after a rollback for a
+    /// full disk, once the reserve is freed. So it changes nothing but the database, or resets
+    /// what it sets, and a second run does what one would.
+    struct Rerunnable<T> {
+        let body: (LocalWriter) throws -> T
+        init(_ body: @escaping (LocalWriter) throws -> T) { self.body = body }
+    }
+
     @discardableResult
-    func commit<T>(_ body: (LocalWriter) throws -> T) throws(FSError) -> T {
+    func commit<T>(_ transaction: Rerunnable<T>) throws(FSError) -> T {
         var reserveLeft = true
         while true {
             do {
-                return try store.write(body)
+                return try store.write(transaction.body)
             } catch let error as FSError {
                 throw error
             } catch where reserveLeft && Self.fsError(error) == .noSpace {
                 // The volume is full. The reserve is there for this: without it not even an `rm`
                 // that would free space could be recorded. The transaction rolled back; run it
-                // again (bodies change nothing but the database, or reset what they set).
+                // again.
                 reserveLeft = false
                 cache.dropReserve()
             } catch {
