@@ -55,7 +55,7 @@ struct ControlServer {
         let clock = ContinuousClock()
         let deadline = clock.now + limit
         while clock.now < deadline {
-            if try engine.unsentChanges(listing: 0).count == 0 { break }
+            if try engine.unsentCount() == 0 { break }
             try await Task.sleep(for: .milliseconds(20))
         }
         let unsent = try engine.unsentChanges(listing: 20)

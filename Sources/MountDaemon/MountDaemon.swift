@@ -26,6 +26,9 @@ public struct MountConfiguration: Sendable {
     /// A newer token for the same server and account, when the server refuses this one (see
     /// `SyncHTTPClient.freshToken`).
     public var freshToken: (@Sendable () -> String?)?
+    /// An address this same server had before (the embedded server's, before it moved to a
+    /// socket of its own): a cache kept under it is taken over, unsent changes and all.
+    public var formerServerURL: String?
 
     public init(mountpoint: String, serverURL: String, token: String, account: String, container: ContainerID,
                 cacheDirectory: String, deviceName: String, cacheLimit: Int64?, logLevel: Logger.Level = .info, allowOther: Bool = false) {
@@ -78,13 +81,14 @@ public enum MountDaemon {
         var logger = Logger(label: "ubiq.mount")
         logger.logLevel = configuration.logLevel
         let fm = FileManager.default
-        for dir in [configuration.cacheDirectory, configuration.accountDirectory] {
-            try fm.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        }
+        try fm.createDirectory(atPath: configuration.cacheDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         // One daemon per cache folder: two would send the same outbox twice. A daemon that is
         // still finishing an unmount holds it for a moment; the lock goes with its process.
         let cacheLock = try await lockCacheFolder(configuration.cacheDirectory)
         defer { close(cacheLock) }
+        // Under the lock: no daemon uses the former cache while it moves.
+        try adoptFormerCache(configuration)
+        try fm.createDirectory(atPath: configuration.accountDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         switch try MountRecovery.clearDeadMount(at: configuration.mountpoint) {
         case .notMounted: break
         case .clearedDeadMount: logger.notice("cleared the mount left by a daemon that died", metadata: ["mount.path": "\(configuration.mountpoint)"])
@@ -201,6 +205,20 @@ final class MountWatcher: Service, Sendable {
 }
 
 extension MountDaemon {
+    /// The cache kept under `formerServerURL`, moved to where this address looks for it, unless
+    /// this address has one already. The server (its data folder, and so the container) is the
+    /// same, so the revisions and cursor in it stay true.
+    static func adoptFormerCache(_ configuration: MountConfiguration) throws {
+        guard let formerURL = configuration.formerServerURL else { return }
+        var former = configuration
+        former.serverURL = formerURL
+        let fm = FileManager.default
+        guard fm.fileExists(atPath: former.accountDirectory), !fm.fileExists(atPath: configuration.accountDirectory) else { return }
+        guard rename(former.accountDirectory, configuration.accountDirectory) == 0 else {
+            throw MountDaemonError.setup("cannot move the cache \(former.accountDirectory) to \(configuration.accountDirectory): \(String(cString: strerror(errno)))")
+        }
+    }
+
     /// Every open file of the mount and every running download holds a descriptor here; the
     /// soft limit a desktop session gives (often 1,024) is far below the hard one, and running
     /// out failed unrelated opens with EIO. Raised to the hard limit, as servers do.

@@ -208,7 +208,7 @@ extension SyncEngine {
             try w.dropHeldChange(remote.id)
             let oldParent = local.parent, oldName = local.name
             if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
-                try makeRoom(for: clash, w)
+                try makeRoom(for: clash, w, &effects)
                 effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
             }
             let contentChanged = remote.digest != local.serverDigest
@@ -222,7 +222,7 @@ extension SyncEngine {
             local.xattrs = remote.xattrs
             local.revision = remote.revision
             local.serverDigest = remote.digest
-            if contentChanged && local.kind == .file { contentReplaced(&local, &effects) }
+            if contentChanged && local.kind == .file { contentReplaced(&local, by: remote.digest, &effects) }
             try w.update(local)
             if oldParent != local.parent || oldName != local.name, let oldParent {
                 effects.invalidations.append(.entry(parent: oldParent, name: oldName))
@@ -235,7 +235,7 @@ extension SyncEngine {
             if local.pinned && contentChanged { effects.fetchPinned = true }
         } else {
             if let clash = try r.child(of: parent.ino, named: remote.name) {
-                try makeRoom(for: clash, w)
+                try makeRoom(for: clash, w, &effects)
             }
             let item = try w.insert(LocalItem(
                 itemID: remote.id, parent: parent.ino, name: remote.name, kind: remote.kind, size: remote.size,
@@ -284,12 +284,12 @@ extension SyncEngine {
     /// name. A clean one is only in the way because its own later change (a rename away, a
     /// delete) is still ahead in this catch-up: the compacted log lists every item changed after
     /// our cursor by its latest change, so that change is guaranteed to come and settle its name.
-    func makeRoom(for clash: LocalItem, _ w: LocalWriter) throws {
+    func makeRoom(for clash: LocalItem, _ w: LocalWriter, _ effects: inout EffectsAfterCommit) throws {
         var moved = clash
         if try clash.revision == nil || w.reader.pendingOps(for: clash.ino) > 0 {
             moved.name = ConflictNaming.conflictedCopyName(clash.name, device: configuration.deviceName, at: Self.now())
             if clash.revision != nil { try w.enqueue(.move, ino: clash.ino) }
-            outboxSignal.yield()
+            effects.sendQueued = true
         } else {
             moved.name = ConflictNaming.movingName(clash.itemID)
         }
@@ -386,12 +386,12 @@ extension SyncEngine {
     /// The server has other content for a row whose own is not newer: a cached copy becomes
     /// stale (read afresh on the next open), and a download of the old version stops. The
     /// caller sets the row's size and digest to the server's.
-    func contentReplaced(_ local: inout LocalItem, _ effects: inout EffectsAfterCommit) {
+    func contentReplaced(_ local: inout LocalItem, by digest: ContentDigest?, _ effects: inout EffectsAfterCommit) {
         switch local.content {
         case .current: local.content = .stale
         case .placeholder, .stale:
             // A download of the old version may be running: it is of no use now.
-            effects.cancelDownloads.append(local.ino)
+            effects.cancelDownloads.append((local.ino, keeping: digest))
         case .dirty: break
         }
     }
@@ -405,7 +405,7 @@ extension SyncEngine {
     ) rethrows {
         guard item.content != .dirty else { return }
         if item.kind == .file && current.digest != item.serverDigest {
-            contentReplaced(&item, &effects)
+            contentReplaced(&item, by: current.digest, &effects)
             item.size = current.size
             if try !keepModified() { item.modified = current.modified }
         }

@@ -175,6 +175,13 @@ public final class Downloads: Sendable {
 
     public func cancel(_ ino: Int64) { cancel(ino, generation: nil) }
 
+    /// Cancels the download of `ino` unless it fetches `kept` (a version the server has now: a
+    /// download of it started after the change was applied is of use).
+    func cancel(_ ino: Int64, unlessItFetches kept: ContentDigest?) {
+        guard let generation = state.withLock({ s in s.active[ino].flatMap { $0.digest == kept ? nil : $0.generation } }) else { return }
+        cancel(ino, generation: generation)
+    }
+
     /// Cancels every download, recording nothing: the daemon is stopping, and a download cut
     /// by that is no failure of the server (its connections were about to be closed, which
     /// would have read as "the server cannot be reached"). What they fetched is dropped at the

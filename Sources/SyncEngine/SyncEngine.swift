@@ -236,6 +236,9 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// How many changes are still to send (a count, for polling).
+    public func unsentCount() throws -> Int { try store.read { try $0.outboxCount() } }
+
     /// The changes still to send: how many, and the paths of the first `listing` of them.
     public func unsentChanges(listing limit: Int) throws -> (count: Int, paths: [String]) {
         try store.read { r in

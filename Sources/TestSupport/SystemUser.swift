@@ -23,7 +23,9 @@ public final class SystemUser: @unchecked Sendable {
         gid = entry.pointee.pw_gid
         folder = try TempDirectory("ubiq-user-\(name)")
         home = folder.path
-        guard chown(home, uid, gid) == 0, chmod(home, 0o700) == 0 else { throw TestSupportError("cannot give \(home) to \(name): errno \(errno)") }
+        // 0755, as a home folder usually is: what keeps other users out of the user's server
+        // must be ubiq's own folder modes, not this one's.
+        guard chown(home, uid, gid) == 0, chmod(home, 0o755) == 0 else { throw TestSupportError("cannot give \(home) to \(name): errno \(errno)") }
     }
 
     /// What a login shell of this user has: its own `HOME`, and XDG folders left to their
@@ -32,6 +34,8 @@ public final class SystemUser: @unchecked Sendable {
         [
             "HOME": home, "USER": name, "LOGNAME": name, "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
             "LC_ALL": "C", "XDG_RUNTIME_DIR": home + "/run", "UBIQ": Binaries.path("ubiq"),
+            // scripts/test finds what a killed run left running by its TMPDIR.
+            "TMPDIR": ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp",
         ]
     }
 

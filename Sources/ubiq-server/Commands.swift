@@ -116,11 +116,13 @@ struct Serve: AsyncParsableCommand {
         switch DataFolderLock.acquire(dataDirectory: data.directory) {
         case .acquired: break
         case .heldBy(let pid):
-            throw Failure("another ubiq-server\(pid.map { " (pid \($0))" } ?? "") serves the data folder \(data.directory)")
+            throw Failure("another ubiq-server (pid \(pid)) serves the data folder \(data.directory)")
         case .failed(let code):
             throw Failure("cannot lock the data folder \(data.directory): \(String(cString: strerror(code)))")
         }
         let storage = try data.openStorage()
+        // A socket is made with the process's umask: none but the user may connect to it.
+        if case .unixSocket = address { umask(0o077) }
         let server = SyncServer(storage: storage, configuration: .init(maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds)))
         let watchStdin = exitWithStdin
         let app = server.makeApplication(address: address, logger: logger) { bound in

@@ -19,7 +19,7 @@ enum EmbeddedServer {
     static var url: String { "unix:" + socketPath }
     static var log: String { Paths.data + "/server.log" }
     /// The address every user's embedded server had before it moved to a socket of its own;
-    /// a cache made then is carried over (see `Mount.adoptFormerEmbeddedCache`).
+    /// a cache made then is carried over (`MountConfiguration.formerServerURL`).
     static let formerURL = "http://127.0.0.1:8420"
     /// A socket's path fills 108 bytes with its NUL.
     static let longestSocketPath = 107
@@ -62,7 +62,7 @@ enum EmbeddedServer {
     }
 
     /// The serving process, from the data folder's lock: nil when none runs.
-    static var runningPID: pid_t?? { DataFolderLock.holder(dataDirectory: dataDirectory) }
+    static var runningPID: pid_t? { DataFolderLock.holder(dataDirectory: dataDirectory) }
 
     /// Starts the server unless it answers already. Two `ubiq mount`s at once may both start
     /// one: the data folder's lock lets one serve, and both wait for it to answer.
@@ -72,28 +72,73 @@ enum EmbeddedServer {
             throw Failure("the embedded server's socket path \(socketPath) is longer than \(longestSocketPath) bytes; set XDG_DATA_HOME to a shorter folder, or run ubiq-server yourself and mount with --server")
         }
         try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // The socket is reached through this folder: it stays the user's alone, whatever mode
+        // it was made with.
+        guard chmod(dataDirectory, 0o700) == 0 else { throw Failure("cannot make \(dataDirectory) private: \(String(cString: strerror(errno)))") }
+        try await stopFormerServer()
         var started: pid_t?
-        if runningPID == nil {
-            started = try Spawn.detached(executable: try serverBinary(), arguments: ["ubiq-server", "--data", dataDirectory, "--listen", url], log: log)
-        }
         let clock = ContinuousClock()
         let deadline = clock.now + .seconds(20)
         while clock.now < deadline {
             if await isAnswering() { return }
-            if let pid = started, !Spawn.isAlive(pid), runningPID == nil {
-                let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-                let last = text.split(separator: "\n").last(where: { $0.contains("ubiq-server:") }) ?? "no log"
-                throw Failure("the embedded server did not start: \(last.replacingOccurrences(of: "ubiq-server: ", with: "")) (see \(log))")
+            // While none holds the lock: start one, once. A server that loses the race for the
+            // lock to another `ubiq mount`'s exits at once, and this one waits for the winner;
+            // one that exits while none holds it has failed.
+            if DataFolderLock.holder(dataDirectory: dataDirectory) == nil {
+                if let pid = started, !Spawn.isAlive(pid) {
+                    throw Failure("the embedded server did not start: \(lastLogFailure() ?? "no reason in its log") (see \(log))")
+                }
+                if started == nil {
+                    started = try Spawn.detached(executable: try serverBinary(), arguments: ["ubiq-server", "--data", dataDirectory, "--listen", url], log: log)
+                }
             }
             try await Task.sleep(for: .milliseconds(20))
         }
         throw Failure("the embedded server did not answer within 20 s; see \(log)")
     }
 
+    /// The last failure line of the server's log.
+    static func lastLogFailure() -> String? {
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").last(where: { $0.hasPrefix("ubiq-server:") }).map { $0.replacingOccurrences(of: "ubiq-server: ", with: "") }
+    }
+
+    /// An embedded server of a version that listened on 127.0.0.1:8420 for every user and held
+    /// no lock may still run on this data folder: it is stopped first, or two servers would
+    /// share one database (and the old one serve the user's data on a port everyone reaches).
+    static func stopFormerServer() async throws {
+        let wanted = ["--data", dataDirectory, "--listen", "127.0.0.1:8420"]
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return }
+        for name in names {
+            guard let pid = pid_t(name), pid != getpid(),
+                  let raw = FileManager.default.contents(atPath: "/proc/\(name)/cmdline") else { continue }
+            let argv = raw.split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+            guard argv.count >= 5, argv[0].hasSuffix("ubiq-server"), Array(argv[1...4]) == wanted else { continue }
+            var st = stat()
+            guard stat("/proc/\(name)", &st) == 0, st.st_uid == getuid() else { continue }
+            // A server of this version holds the lock: started by hand on that address, it is
+            // the user's, and it is left alone (`start` then waits for it, and says so).
+            guard runningPID != pid else { continue }
+            kill(pid, SIGTERM)
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(15)
+            while kill(pid, 0) == 0, !isZombie(pid) {
+                guard clock.now < deadline else { throw Failure("a ubiq-server of an earlier version (pid \(pid)) still serves \(dataDirectory) and did not stop; stop it, then mount again") }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+    }
+
+    static func isZombie(_ pid: pid_t) -> Bool {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+        // The state follows the command name in parentheses, which may itself hold spaces.
+        guard let close = status.lastIndex(of: ")") else { return true }
+        return status[status.index(after: close)...].trimmingCharacters(in: .whitespaces).hasPrefix("Z")
+    }
+
     /// SIGTERM, then waits (bounded) for the lock to go with the process.
     static func stop() async throws -> pid_t? {
-        guard let holder = runningPID else { return nil }
-        guard let pid = holder else { throw Failure("the embedded server is starting; try again in a moment") }
+        guard let pid = runningPID else { return nil }
         guard kill(pid, SIGTERM) == 0 else { throw Failure("cannot stop the embedded server (pid \(pid)): \(String(cString: strerror(errno)))") }
         let clock = ContinuousClock()
         // The server's own graceful shutdown ends within 10 s.

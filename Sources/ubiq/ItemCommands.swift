@@ -243,7 +243,7 @@ struct Unmount: AsyncParsableCommand {
             }
         }
         print("unmounted \(target)")
-        if server == EmbeddedServer.url, let pid = EmbeddedServer.runningPID ?? nil, await EmbeddedServer.mountsUsingIt(except: target).isEmpty {
+        if server == EmbeddedServer.url, let pid = EmbeddedServer.runningPID, await EmbeddedServer.mountsUsingIt(except: target).isEmpty {
             print("the embedded server keeps running (pid \(pid)) for later mounts; `ubiq server stop` stops it")
         }
     }

@@ -44,7 +44,7 @@ struct Mount: AsyncParsableCommand {
         config.freshToken = { [server = login.server, user = login.user] in
             StoredLogin.load().flatMap { $0.server == server && $0.user == user ? $0.token : nil }
         }
-        if login.server == EmbeddedServer.url { try adoptFormerEmbeddedCache(config) }
+        if login.server == EmbeddedServer.url { config.formerServerURL = EmbeddedServer.formerURL }
         if foreground {
             do {
                 try await MountDaemon.run(config) { print("mounted \(target)"); fflush(nil) }
@@ -91,19 +91,6 @@ struct Mount: AsyncParsableCommand {
         }
     }
 
-    /// The embedded server used to listen on 127.0.0.1:8420 for every user; a cache is kept
-    /// per server address, so a cache made then (with its unsent changes) is moved to where
-    /// this address looks for it. The server's data folder, and so the container, is the same.
-    func adoptFormerEmbeddedCache(_ config: MountConfiguration) throws {
-        var former = config
-        former.serverURL = EmbeddedServer.formerURL
-        let fm = FileManager.default
-        guard fm.fileExists(atPath: former.accountDirectory), !fm.fileExists(atPath: config.accountDirectory) else { return }
-        guard rename(former.accountDirectory, config.accountDirectory) == 0 else {
-            throw Failure("cannot move the cache \(former.accountDirectory) to \(config.accountDirectory): \(String(cString: strerror(errno)))")
-        }
-    }
-
     /// --server with its stored login; else the stored login; else the embedded default.
     func resolveLogin() async throws -> StoredLogin {
         let stored = StoredLogin.load()
@@ -136,13 +123,26 @@ struct Mount: AsyncParsableCommand {
                 let last = text.split(separator: "\n").last(where: { $0.contains("ubiq:") }) ?? text.split(separator: "\n").last ?? "no log"
                 throw Failure("the mount daemon stopped: \(last.replacingOccurrences(of: "ubiq: ", with: ""))")
             }
-            if MountTable.isUbiqMount(config.mountpoint), (try? await control.get(ControlPath.status) as MountStatusReport) != nil {
+            if MountTable.isUbiqMount(config.mountpoint), (try? await control.get(ControlPath.status) as MountStatusReport) != nil,
+               Self.rootShowsItsMode(config.mountpoint) {
                 print("mounted \(config.mountpoint)")
                 return
             }
             try await Task.sleep(for: .milliseconds(20))
         }
         throw Failure("the mount did not become ready within 30 s; see \(log)")
+    }
+}
+
+extension Mount {
+    /// Until the kernel has asked the daemon for the root folder's attributes, it checks access
+    /// against those it made up at mount time: a folder with no permission bits. Root passes
+    /// that check anyway; an ordinary user's first `echo > ~/Cloud/f` right after `ubiq mount`
+    /// failed with EACCES about half the time. A `stat` that shows the real mode means the
+    /// kernel has them (for an hour, and invalidated exactly).
+    static func rootShowsItsMode(_ mountpoint: String) -> Bool {
+        var st = stat()
+        return stat(mountpoint, &st) == 0 && st.st_mode & 0o7777 != 0
     }
 }
 

@@ -21,15 +21,11 @@ struct ServerStatus: AsyncParsableCommand {
         let mounts = holder == nil ? [] : await EmbeddedServer.mountsUsingIt()
         if json {
             var object: [String: Any] = ["url": EmbeddedServer.url, "data": EmbeddedServer.dataDirectory, "running": holder != nil, "mounts": mounts]
-            if let pid = holder ?? nil { object["pid"] = Int(pid) }
+            if let holder { object["pid"] = Int(holder) }
             print(jsonLine(object))
             return
         }
-        switch holder {
-        case nil: print("server:  not running")
-        case .some(nil): print("server:  starting")
-        case .some(.some(let pid)): print("server:  running (pid \(pid))")
-        }
+        print("server:  \(holder.map { "running (pid \($0))" } ?? "not running")")
         print("address: \(EmbeddedServer.url)")
         print("data:    \(EmbeddedServer.dataDirectory)")
         print("mounts:  \(mounts.isEmpty ? "none" : mounts.joined(separator: ", "))")
@@ -41,7 +37,7 @@ struct ServerStart: AsyncParsableCommand {
 
     func run() async throws {
         try await EmbeddedServer.start()
-        let pid = (EmbeddedServer.runningPID ?? nil).map { " (pid \($0))" } ?? ""
+        let pid = EmbeddedServer.runningPID.map { " (pid \($0))" } ?? ""
         print("the embedded server runs at \(EmbeddedServer.url)\(pid)")
     }
 }
