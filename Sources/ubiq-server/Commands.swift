@@ -121,7 +121,7 @@ struct Serve: AsyncParsableCommand {
             throw Failure("cannot lock the data folder \(data.directory): \(String(cString: strerror(code)))")
         }
         let storage = try data.openStorage()
-        // A socket is made with the process's umask: none but the user may connect to it.
+        // A socket is made with the process's umask: only its user may connect to it (0700).
         if case .unixSocket = address { umask(0o077) }
         let server = SyncServer(storage: storage, configuration: .init(maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds)))
         let watchStdin = exitWithStdin

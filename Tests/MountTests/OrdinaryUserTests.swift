@@ -59,7 +59,7 @@ import TestSupport
                 let pid = try #require(try await u.must(#""$UBIQ" server status --json"#).firstMatch(of: /"pid":(\d+)/)).1
                 let owner = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8).split(separator: "\n").first { $0.hasPrefix("Uid:") }
                 #expect(owner?.split(separator: "\t").dropFirst().first.map(String.init) == "\(u.uid)")
-                #expect(try await u.must("stat -c %a .local/share/ubiq/server .local/share/ubiq/server/server.sock") == "700\n600\n")
+                #expect(try await u.must("stat -c %a .local/share/ubiq/server .local/share/ubiq/server/server.sock") == "700\n700\n")
                 let intruder = try await other.sh(#"echo guess | "$UBIQ" login --server unix:\#(u.home)/.local/share/ubiq/server/server.sock --user local --password-stdin"#)
                 // Refused at the socket, not by the password: the other user never reaches the server.
                 #expect(intruder.status == 1 && intruder.stderr.contains("cannot reach"), "\(intruder)")
