@@ -117,11 +117,12 @@ public enum MountDaemon {
         let mountBox = Mutex<FuseMount?>(nil)
         let listings = FolderListings()
         let invalidator = KernelInvalidator(events: events, listings: listings, logger: logger) { mountBox.withLock { $0?.notifier } }
+        let cache = try ContentCache(directory: configuration.accountDirectory + "/content")
         let engine = SyncEngine(
-            store: store, remote: client, cache: try ContentCache(directory: configuration.accountDirectory + "/content"),
+            store: store, remote: client, cache: cache,
             configuration: EngineConfiguration(deviceName: configuration.deviceName, cacheLimit: configuration.cacheLimit),
             observer: invalidator, logger: logger)
-        let fs = FileSystem(engine: engine, identityToken: configuration.identityToken, logger: logger, listings: listings)
+        let fs = FileSystem(engine: engine, store: store, cache: cache, identityToken: configuration.identityToken, logger: logger, listings: listings)
 
         var options = MountOptions()
         options.fsName = "ubiq"

@@ -124,58 +124,6 @@ extension SyncEngine {
         startSome(pinned)
     }
 
-    /// Makes sure the first bytes of a file can be read, starting its download: opening a
-    /// placeholder that cannot be downloaded fails at once instead of hanging a later read.
-    public func prepareForReading(_ item: LocalItem) async throws {
-        guard item.kind == .file, item.content.needsDownload else { return }
-        try await waitForContent(item, range: 0..<min(item.size, Self.firstBytes))
-    }
-
-    /// Starts the download of a placeholder (unless it runs) and calls `done(true)` once its
-    /// first bytes (`firstBytes`) are in the cache file, on the thread that wrote them; `done(false)`
-    /// when they will not come from this download (`waitForContent` then says why, or retries).
-    public func whenFirstBytesLand(_ item: LocalItem, _ done: @escaping @Sendable (Bool) -> Void) {
-        guard let digest = item.serverDigest else { return done(false) }
-        downloads.start(item)
-        let waiting = downloads.whenLanded(item.ino, digest: digest, from: 0, count: Int(min(item.size, Self.firstBytes))) { done($0 != nil) }
-        if !waiting { done(false) }
-    }
-
-    /// What an open of a placeholder waits for: the start of the file, which is what most
-    /// readers look at first (a file type's magic number, a header).
-    public static let firstBytes: Int64 = 4096
-
-    /// Waits until `range` of the file's current server version is readable from its cache file.
-    ///
-    /// A remote change may replace the version being fetched (its download is cancelled and a
-    /// new one starts), so this looks again a few times; it fails only when a download of the
-    /// current version failed (the reason is in `downloadingError`).
-    public func waitForContent(_ item: LocalItem, range: Range<Int64>) async throws {
-        for _ in 0..<8 {
-            guard let row = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
-            if row.content.isWhole { return }
-            do {
-                try await downloads.wait(for: range, of: row)
-            } catch EngineError.cancelled {
-                continue
-            }
-            // Which download runs is looked at before the row: a download writes its outcome to
-            // the row and only then leaves the table, so a row read after this look holds the
-            // outcome of any download the look did not find running. The other way round, a
-            // download that ended between the two reads left an old row, with the error of an
-            // earlier attempt: a read right after a reconnect failed with EIO (seen once, under
-            // a whole test run's load).
-            let running = downloads.activeDigest(item.ino)
-            guard let after = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
-            if after.content.isWhole { return }
-            if let running, running == after.serverDigest { return }
-            if running == nil, let error = after.downloadError, after.serverDigest == row.serverDigest {
-                throw EngineError.offline(error)
-            }
-        }
-        throw EngineError.offline("the content kept changing while it was being downloaded")
-    }
-
     /// Drops a file's local content (a write that failed for lack of space) and shows the
     /// server's last version again, as a placeholder. Only for items the server has.
     public func revertToServerVersion(_ ino: Int64) {

@@ -34,7 +34,7 @@ extension FileSystem {
             // disk used it up (a later fill must find it there to record its failure).
             engine.contentChangedLocally()
         }
-        engine.downloads.cancel(removed.ino)
+        engine.cancelDownload(removed.ino)
         engine.outboxChanged()
     }
 

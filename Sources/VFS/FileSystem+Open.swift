@@ -96,7 +96,7 @@ extension FileSystem {
         else { return false }
         if engine.isConnected {
             // Started first: its request is on its way while the handle is made.
-            engine.downloads.start(item)
+            engine.downloadNow(item)
             answer(try finishOpen(item, flags: flags, wasLocal: false))
             return true
         }

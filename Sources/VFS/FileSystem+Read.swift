@@ -22,7 +22,7 @@ extension FileSystem {
             return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: Int64(st.st_size))
         }
         if let digest = h.digest {
-            switch engine.downloads.position(h.ino, digest: digest, from: offset, count: size) {
+            switch engine.readPosition(h.ino, digest: digest, from: offset, count: size) {
             case .landed(let fileSize): return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: fileSize)
             // Ahead of this version's running download: the caller waits for it.
             case .ahead: return nil
@@ -36,7 +36,7 @@ extension FileSystem {
         let local = item.content.isWhole
         // Behind the front of a running download of the current version: the bytes are here.
         let landed = !local && item.serverDigest.flatMap {
-            engine.downloads.position(h.ino, digest: $0, from: offset, count: count).landedSize
+            engine.readPosition(h.ino, digest: $0, from: offset, count: count).landedSize
         } != nil
         guard local || landed else { return nil }
         if local { handles.withLock { $0.open[handle]?.knownLocal = true } }
@@ -49,7 +49,7 @@ extension FileSystem {
         // Ahead of the running download of this handle's version: wait for just this range,
         // without the database (a sequential reader waits here on every request).
         // A failed or cancelled wait falls through to the full path, which knows why.
-        if let digest = h.digest, (try? await engine.downloads.waitIfRunning(h.ino, digest: digest, from: offset, count: size)) == true,
+        if let digest = h.digest, (try? await engine.waitIfDownloading(h.ino, digest: digest, from: offset, count: size)) == true,
            let ready = try readIfLocal(handle, offset: offset, size: size) {
             return ready
         }
@@ -85,7 +85,7 @@ extension FileSystem {
         guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
         guard let digest = h.digest else { return false }
         let fd = h.fd
-        return engine.downloads.whenLanded(h.ino, digest: digest, from: offset, count: size) { fileSize in
+        return engine.whenLanded(h.ino, digest: digest, from: offset, count: size) { fileSize in
             answer(fileSize.map { Self.slice(fd: fd, offset: offset, size: size, fileSize: $0) })
         }
     }

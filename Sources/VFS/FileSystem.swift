@@ -79,14 +79,16 @@ public final class FileSystem: Sendable {
     /// Folders whose entries changed without a request of the kernel's.
     let listings: FolderListings
 
-    public init(engine: SyncEngine, identityToken: String, logger: Logger, listings: FolderListings = FolderListings()) {
+    /// `store` and `cache` are the engine's own: the file system reads and writes the same
+    /// database and cache files.
+    public init(engine: SyncEngine, store: LocalStore, cache: ContentCache, identityToken: String, logger: Logger, listings: FolderListings = FolderListings()) {
         self.listings = listings
         self.engine = engine
-        self.store = engine.store
-        self.cache = engine.cache
+        self.store = store
+        self.cache = cache
         self.identityToken = identityToken
         self.logger = logger
-        engine.downloads.attach(holders: self)
+        engine.attach(cacheFileHolders: self)
     }
 
     // MARK: Lookup and attributes

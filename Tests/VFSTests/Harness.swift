@@ -81,7 +81,7 @@ struct Harness: Sendable {
             store: store, remote: remote, cache: cache,
             configuration: EngineConfiguration(deviceName: "test-device", cacheLimit: cacheLimit),
             observer: observer, logger: logger)
-        fs = FileSystem(engine: engine, identityToken: Self.identityToken, logger: logger)
+        fs = FileSystem(engine: engine, store: engine.store, cache: engine.cache, identityToken: Self.identityToken, logger: logger)
     }
 
     /// A new daemon on the same database, cache folder and server, as after a restart (or a
