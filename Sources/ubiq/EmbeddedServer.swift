@@ -30,8 +30,17 @@ enum EmbeddedServer {
     }
 
     static func ensure() async throws -> StoredLogin {
-        try await start()
         try FileManager.default.createDirectory(atPath: Paths.config, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // One at a time: two first mounts at once would each make an account `local` with a
+        // password of its own, and the second's would be refused. Close-on-exec, so that the
+        // server started here does not hold it.
+        let lock = open(Paths.config + "/embedded.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard lock >= 0 else { throw Failure("cannot open \(Paths.config)/embedded.lock: \(String(cString: strerror(errno)))") }
+        defer { close(lock) }
+        while flock(lock, LOCK_EX) != 0 {
+            guard errno == EINTR else { throw Failure("cannot lock \(Paths.config)/embedded.lock: \(String(cString: strerror(errno)))") }
+        }
+        try await start()
         var state: State
         if let data = FileManager.default.contents(atPath: stateFile), let s = try? JSONDecoder().decode(State.self, from: data) {
             state = s

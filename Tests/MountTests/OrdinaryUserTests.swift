@@ -103,6 +103,22 @@ import TestSupport
         }
     }
 
+    /// A user's first two mounts at once (a login session starting two): one server, one
+    /// local account, both mounts on it.
+    @Test(.enabled(if: geteuid() == 0, "acts as another user with setpriv"))
+    func twoFirstMountsAtOnceShareOneServerAndAccount() async throws {
+        try await Self.withUsers { users in
+            let u = users[0]
+            let both = try await u.sh(#"mkdir Cloud Cloud2 && { "$UBIQ" mount Cloud & one=$!; "$UBIQ" mount Cloud2 --cache ~/.cache/two & two=$!; wait $one && wait $two; }"#)
+            #expect(both.status == 0, "\(both)")
+            try await u.must("echo one > Cloud/one.txt")
+            try await eventually(timeout: waitLimit, "the file to reach the other mount") {
+                (try await u.sh("cat Cloud2/one.txt")).stdout == "one\n"
+            }
+            try await u.must(#""$UBIQ" unmount Cloud && "$UBIQ" unmount Cloud2 && "$UBIQ" server stop"#)
+        }
+    }
+
     @Test(.enabled(if: geteuid() == 0, "acts as another user with setpriv"),
           .enabled(if: !FuseConfiguration.allowsOthers, "/etc/fuse.conf already has user_allow_other"))
     func allowOtherSaysWhatAnOrdinaryUserLacks() async throws {
