@@ -245,24 +245,13 @@ struct FuseBridge: FileSystemHandler {
     }
 }
 
-/// A reply that can fail with an errno (FuseKit's reply tokens all can).
-protocol FailableReply: ~Copyable, Sendable {
-    consuming func error(_ errno: Int32)
-}
-
-extension ReadReply: FailableReply {}
-extension OpenReply: FailableReply {}
-extension AttrReply: FailableReply {}
-
 /// A reply answered later from whichever thread gets there first: the others find it taken.
-final class PendingReply<Reply: FailableReply & ~Copyable>: Sendable {
+final class PendingReply<Reply: ~Copyable & Sendable>: Sendable {
     let reply: Mutex<Reply?>
 
     init(_ reply: consuming Reply) { self.reply = Mutex(reply) }
 
     func take() -> Reply? { reply.withLock { $0.take() } }
-
-    func fail(_ errno: Int32) { take()?.error(errno) }
 }
 
 typealias PendingRead = PendingReply<ReadReply>

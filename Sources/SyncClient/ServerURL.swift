@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import SyncAPI
 
 /// The server addresses a user writes: `http://HOST[:PORT]`, `https://…`, or `unix:/PATH` for a
 /// server on a Unix socket of this machine (each user's embedded server). The text is what
@@ -9,11 +10,10 @@ public enum ServerURL {
 
     /// The address without a trailing slash, or nil when it is none of the forms above.
     public static func normalized(_ text: String) -> String? {
-        let base = text.hasSuffix("/") && !text.hasPrefix("unix:") ? String(text.dropLast()) : text
-        if base.hasPrefix("unix:") {
-            let path = base.dropFirst("unix:".count)
-            return path.hasPrefix("/") && !path.contains("\0") ? base : nil
+        if let path = UnixSocketAddress.path(in: text) {
+            return path.hasPrefix("/") && !path.contains("\0") ? text : nil
         }
+        let base = text.hasSuffix("/") ? String(text.dropLast()) : text
         guard let url = URL(string: base), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
               let host = url.host, !host.isEmpty
         else { return nil }
@@ -23,7 +23,7 @@ public enum ServerURL {
     /// What request paths are appended to: a `unix:` address becomes `http+unix://` with the
     /// socket's path percent-encoded as the host.
     public static func requestBase(_ server: String) -> String {
-        guard server.hasPrefix("unix:"), let url = URL(httpURLWithSocketPath: String(server.dropFirst("unix:".count)), uri: "") else { return server }
+        guard let path = UnixSocketAddress.path(in: server), let url = URL(httpURLWithSocketPath: path, uri: "") else { return server }
         var text = url.absoluteString
         if text.hasSuffix("/") { text.removeLast() }
         return text

@@ -2,6 +2,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import ServiceLifecycle
+import SyncAPI
 
 /// Where the server listens: a TCP address, or a Unix socket (the embedded default of each user,
 /// which only that user can reach).
@@ -11,10 +12,8 @@ public enum ListenAddress: Sendable, Equatable, CustomStringConvertible {
 
     /// `HOST:PORT` (`[::1]:8420` for IPv6), or `unix:PATH` with an absolute path.
     public init?(_ text: String) {
-        if text.hasPrefix("unix:") {
-            let path = String(text.dropFirst("unix:".count))
-            // sun_path holds 108 bytes with its NUL.
-            guard path.hasPrefix("/"), path.utf8.count <= Self.longestSocketPath else { return nil }
+        if let path = UnixSocketAddress.path(in: text) {
+            guard path.hasPrefix("/"), path.utf8.count <= UnixSocketAddress.longestPath else { return nil }
             self = .unixSocket(path: path)
             return
         }
@@ -25,12 +24,10 @@ public enum ListenAddress: Sendable, Equatable, CustomStringConvertible {
         self = .tcp(host: host, port: port)
     }
 
-    public static let longestSocketPath = 107
-
     public var description: String {
         switch self {
         case .tcp(let host, let port): host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
-        case .unixSocket(let path): "unix:\(path)"
+        case .unixSocket(let path): UnixSocketAddress.address(of: path)
         }
     }
 }

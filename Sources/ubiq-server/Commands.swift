@@ -5,6 +5,7 @@ import ItemModel
 import Logging
 import ServerStorage
 import ServiceLifecycle
+import SyncAPI
 import SyncServer
 
 struct UbiqServer: AsyncParsableCommand {
@@ -101,7 +102,7 @@ struct Serve: AsyncParsableCommand {
 
     func validate() throws {
         guard ListenAddress(listen) != nil else {
-            throw ValidationError("--listen takes HOST:PORT (for example 127.0.0.1:8420) or unix:PATH (an absolute path of at most \(ListenAddress.longestSocketPath) bytes)")
+            throw ValidationError("--listen takes HOST:PORT (for example 127.0.0.1:8420) or unix:PATH (an absolute path of at most \(UnixSocketAddress.longestPath) bytes)")
         }
         guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }

@@ -16,13 +16,11 @@ enum EmbeddedServer {
     static var stateFile: String { Paths.config + "/embedded.json" }
     static var dataDirectory: String { Paths.data + "/server" }
     static var socketPath: String { dataDirectory + "/server.sock" }
-    static var url: String { "unix:" + socketPath }
+    static var url: String { UnixSocketAddress.address(of: socketPath) }
     static var log: String { Paths.data + "/server.log" }
     /// The address every user's embedded server had before it moved to a socket of its own;
     /// a cache made then is carried over (`MountConfiguration.formerServerURL`).
     static let formerURL = "http://127.0.0.1:8420"
-    /// A socket's path fills 108 bytes with its NUL.
-    static let longestSocketPath = 107
 
     struct State: Codable {
         var password: String
@@ -77,8 +75,8 @@ enum EmbeddedServer {
     /// one: the data folder's lock lets one serve, and both wait for it to answer.
     static func start() async throws {
         if await isAnswering() { return }
-        guard socketPath.utf8.count <= longestSocketPath else {
-            throw Failure("the embedded server's socket path \(socketPath) is longer than \(longestSocketPath) bytes; set XDG_DATA_HOME to a shorter folder, or run ubiq-server yourself and mount with --server")
+        guard socketPath.utf8.count <= UnixSocketAddress.longestPath else {
+            throw Failure("the embedded server's socket path \(socketPath) is longer than \(UnixSocketAddress.longestPath) bytes; set XDG_DATA_HOME to a shorter folder, or run ubiq-server yourself and mount with --server")
         }
         try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         // The socket is reached through this folder: it stays the user's alone, whatever mode
@@ -93,7 +91,7 @@ enum EmbeddedServer {
             // While none holds the lock: start one, once. A server that loses the race for the
             // lock to another `ubiq mount`'s exits at once, and this one waits for the winner;
             // one that exits while none holds it has failed.
-            if DataFolderLock.holder(dataDirectory: dataDirectory) == nil {
+            if runningPID == nil {
                 if let pid = started, !Spawn.isAlive(pid) {
                     throw Failure("the embedded server did not start: \(lastLogFailure() ?? "no reason in its log") (see \(log))")
                 }
