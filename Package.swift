@@ -46,7 +46,7 @@ let package = Package(
         .target(
             name: "MountDaemon",
             dependencies: [
-                "VFS", "SyncEngine", "SyncClient", "LocalState", "FuseKit", "SyncAPI", "ItemModel", "PageCache",
+                "VFS", "SyncEngine", "OpenFiles", "CacheFiles", "SyncClient", "LocalState", "FuseKit", "SyncAPI", "ItemModel", "PageCache",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -74,14 +74,13 @@ let package = Package(
         ),
         .target(
             name: "VFS",
-            dependencies: ["SyncEngine", "LocalState", "ItemModel", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["OpenFiles", "CacheFiles", "LocalState", "ItemModel", .product(name: "Logging", package: "swift-log")]
         ),
         .target(
             name: "SyncEngine",
             dependencies: [
-                "LocalState", "SyncAPI", "ItemModel", "PageCache",
+                "OpenFiles", "CacheFiles", "LocalState", "SyncAPI", "ItemModel", "PageCache",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
@@ -94,6 +93,11 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        .target(name: "OpenFiles", dependencies: ["LocalState", "ItemModel"]),
+        .target(
+            name: "CacheFiles",
+            dependencies: ["ItemModel", "PageCache", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .target(
             name: "LocalState",
@@ -117,7 +121,7 @@ let package = Package(
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"]),
         .testTarget(
             name: "VFSTests",
-            dependencies: ["VFS", "SyncEngine", "LocalState", "TestSupport", "SyncAPI", "ItemModel", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["VFS", "SyncEngine", "OpenFiles", "CacheFiles", "LocalState", "TestSupport", "SyncAPI", "ItemModel", .product(name: "Logging", package: "swift-log")]
         ),
         .testTarget(
             name: "MountTests",

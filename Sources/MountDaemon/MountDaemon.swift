@@ -1,8 +1,10 @@
+import CacheFiles
 import Foundation
 import FuseKit
 import ItemModel
 import LocalState
 import Logging
+import OpenFiles
 import ServiceLifecycle
 import SyncAPI
 import SyncClient
@@ -118,11 +120,12 @@ public enum MountDaemon {
         let listings = FolderListings()
         let invalidator = KernelInvalidator(events: events, listings: listings, logger: logger) { mountBox.withLock { $0?.notifier } }
         let cache = try ContentCache(directory: configuration.accountDirectory + "/content")
+        let openFiles = OpenFiles()
         let engine = SyncEngine(
-            store: store, remote: client, cache: cache,
+            store: store, remote: client, cache: cache, openFiles: openFiles,
             configuration: EngineConfiguration(deviceName: configuration.deviceName, cacheLimit: configuration.cacheLimit),
             observer: invalidator, logger: logger)
-        let fs = FileSystem(engine: engine, store: store, cache: cache, identityToken: configuration.identityToken, logger: logger, listings: listings)
+        let fs = FileSystem(content: engine, openFiles: openFiles, store: store, cache: cache, identityToken: configuration.identityToken, logger: logger, listings: listings)
 
         var options = MountOptions()
         options.fsName = "ubiq"

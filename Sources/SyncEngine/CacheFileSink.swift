@@ -1,3 +1,4 @@
+import CacheFiles
 import Foundation
 
 /// Writes a download's bytes into its cache file as the transport delivers them (on its
@@ -45,7 +46,7 @@ final class CacheFileSink: @unchecked Sendable {
     @Sendable func receive(_ bytes: UnsafeRawBufferPointer) throws {
         lock.lock()
         defer { lock.unlock() }
-        guard !cancelled else { throw EngineError.cancelled }
+        guard !cancelled else { throw ContentError.cancelled }
         try Self.write(bytes, fd: fd, at: offset)
         let range = offset..<(offset + Int64(bytes.count))
         offset = range.upperBound
@@ -71,7 +72,7 @@ final class CacheFileSink: @unchecked Sendable {
             let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + Int64(done)))
             if n < 0 {
                 if errno == EINTR { continue }
-                throw EngineError.io("cannot write the cache file", errno)
+                throw ContentError.io("cannot write the cache file", errno)
             }
             done += n
         }

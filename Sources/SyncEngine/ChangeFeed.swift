@@ -187,12 +187,7 @@ extension SyncEngine {
             // this change as a conflict. Held until the last writer closes; in the index, so
             // that a daemon that dies with the file open applies it at its next start
             // (`applyHeldChanges`) instead of forgetting it.
-            let heldBack = state.withLock { s -> Bool in
-                guard s.openForWriting[local.ino] != nil else { return false }
-                s.heldForWriters.insert(local.ino)
-                return true
-            }
-            if heldBack { return try hold() }
+            if openFiles.holdForWriters(local.ino) { return try hold() }
             // Into a folder that a move here, not yet on the server, put below this item (this
             // device moved `y` into `x` while another moved `x` into `y`): applied, both would
             // leave the tree, and every walk up from them would never end. Held: the server

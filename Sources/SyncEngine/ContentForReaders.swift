@@ -1,3 +1,4 @@
+import CacheFiles
 import ItemModel
 import LocalState
 
@@ -13,7 +14,7 @@ extension SyncEngine {
 
     /// Where a read of `count` bytes at `offset` stands against the running download of
     /// version `digest`.
-    public func readPosition(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int) -> Downloads.ReadPosition {
+    public func readPosition(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int) -> ReadPosition {
         downloads.position(ino, digest: digest, from: offset, count: count)
     }
 
@@ -28,9 +29,6 @@ extension SyncEngine {
     public func waitIfDownloading(_ ino: Int64, digest: ContentDigest, from offset: Int64, count: Int) async throws -> Bool {
         try await downloads.waitIfRunning(ino, digest: digest, from: offset, count: count)
     }
-
-    /// Whom the downloads tell when a file's content completes or is replaced under readers.
-    public func attach(cacheFileHolders: any CacheFileHolders) { downloads.attach(holders: cacheFileHolders) }
 
     /// Makes sure the first bytes of a file can be read, starting its download: opening a
     /// placeholder that cannot be downloaded fails at once instead of hanging a later read.
@@ -60,11 +58,11 @@ extension SyncEngine {
     /// current version failed (the reason is in `downloadingError`).
     public func waitForContent(_ item: LocalItem, range: Range<Int64>) async throws {
         for _ in 0..<8 {
-            guard let row = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
+            guard let row = try store.read({ try $0.item(item.ino) }) else { throw ContentError.notFound }
             if row.content.isWhole { return }
             do {
                 try await downloads.wait(for: range, of: row)
-            } catch EngineError.cancelled {
+            } catch ContentError.cancelled {
                 continue
             }
             // Which download runs is looked at before the row: a download writes its outcome to
@@ -74,13 +72,13 @@ extension SyncEngine {
             // earlier attempt: a read right after a reconnect failed with EIO (seen once, under
             // a whole test run's load).
             let running = downloads.activeDigest(item.ino)
-            guard let after = try store.read({ try $0.item(item.ino) }) else { throw EngineError.notFound }
+            guard let after = try store.read({ try $0.item(item.ino) }) else { throw ContentError.notFound }
             if after.content.isWhole { return }
             if let running, running == after.serverDigest { return }
             if running == nil, let error = after.downloadError, after.serverDigest == row.serverDigest {
-                throw EngineError.offline(error)
+                throw ContentError.offline(error)
             }
         }
-        throw EngineError.offline("the content kept changing while it was being downloaded")
+        throw ContentError.offline("the content kept changing while it was being downloaded")
     }
 }

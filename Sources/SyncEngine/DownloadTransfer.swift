@@ -1,3 +1,4 @@
+import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
@@ -15,15 +16,15 @@ extension Downloads {
             try await head()
             let headEnd = min(size, Self.headLength)
             if headEnd < size { try await remote.download(digest, range: headEnd..<size, receive: sink.receive) }
-            guard sink.finish() == size else { throw EngineError.io("the download ended early", EIO) }
+            guard sink.finish() == size else { throw ContentError.io("the download ended early", EIO) }
             // Checked once everything landed, from the page cache, on a thread of its own: the
             // hash costs as much CPU as the rest of the transfer, and hashing on the connection's
             // thread halved the rate at which readers get their bytes. The file becomes
             // `current` only after this check, as before.
-            guard try await Self.digest(ofFile: fd, size: size) == digest else { throw EngineError.digestMismatch }
+            guard try await Self.digest(ofFile: fd, size: size) == digest else { throw ContentError.digestMismatch }
             finish(ino, digest: digest, generation: generation, error: nil)
-        } catch EngineError.digestMismatch {
-            finish(ino, digest: digest, generation: generation, error: EngineError.digestMismatch)
+        } catch ContentError.digestMismatch {
+            finish(ino, digest: digest, generation: generation, error: ContentError.digestMismatch)
             await refreshAfterMismatch(ino)
         } catch {
             finish(ino, digest: digest, generation: generation, error: error)
@@ -74,7 +75,7 @@ extension Downloads {
             DispatchQueue.global(qos: .utility).async {
                 continuation.resume(with: Result {
                     let (digest, length) = try ContentCache.sha256(of: fd, limit: size, dropBehind: true)
-                    guard length == size else { throw EngineError.io("cannot read back a download", EIO) }
+                    guard length == size else { throw ContentError.io("cannot read back a download", EIO) }
                     return digest
                 })
             }
@@ -86,7 +87,7 @@ extension Downloads {
         // may be running under the same inode number.
         guard let size = state.withLock({ s in s.active[ino].flatMap { $0.generation == generation ? $0.size : nil } }) else { return }
         // Record the outcome before waking readers, so that they see the final state.
-        let message = error.map { ($0 as? EngineError)?.description ?? ($0 as? RemoteError).map(describe) ?? "\($0)" }
+        let message = error.map { ($0 as? ContentError)?.description ?? ($0 as? RemoteError).map(describe) ?? "\($0)" }
         do {
             try store.write { w in
                 // A requested download ends here, unless the server could not be reached or
@@ -109,7 +110,7 @@ extension Downloads {
             logger.error("cannot record a download", metadata: ["item.ino": "\(ino)", "error": "\(error)"])
         }
         if error == nil {
-            if let holders = holders.withLock({ $0.value }) { holders.downloadCompleted(ino, digest: digest) }
+            openFiles.downloadCompleted(ino, digest: digest)
             state.withLock { $0.retries.succeeded(ino) }
         } else {
             // The pass that comes when the pause ends may start it again.
@@ -123,7 +124,7 @@ extension Downloads {
         // On failure the sparse file stays (as a placeholder's): an open reader's descriptor
         // keeps pointing at the file a retry will fill.
         let failure: Error? = error.map { e in
-            if let r = e as? RemoteError { return EngineError.offline(describe(r)) }
+            if let r = e as? RemoteError { return ContentError.offline(describe(r)) }
             return e
         }
         end(ino, generation: generation, telling: failure)

@@ -1,23 +1,10 @@
+import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
 import Synchronization
 
 extension Downloads {
-    /// Where a read stands against the running download of one version.
-    public enum ReadPosition: Sendable, Equatable {
-        /// No download of that version runs.
-        case notRunning
-        /// Its bytes have landed: the file's size.
-        case landed(size: Int64)
-        /// Ahead of the download's front: its bytes are still to come.
-        case ahead
-
-        public var landedSize: Int64? {
-            if case .landed(let size) = self { size } else { nil }
-        }
-    }
-
     /// Where the bytes of `count` from `offset` (clamped to the file) stand in a running
     /// download of `digest`, in one look at the table: readers behind the download's front are
     /// answered without waiting and without the database, and those ahead of it wait for it.

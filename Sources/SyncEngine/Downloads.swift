@@ -1,7 +1,9 @@
+import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
 import Logging
+import OpenFiles
 import Synchronization
 
 /// Downloads content into cache files, and lets readers wait for just the bytes they need.
@@ -59,20 +61,13 @@ public final class Downloads: Sendable {
     static let headLength: Int64 = 128 << 10
 
     let observer: any MountObserver
-    /// Who holds descriptors of the cache files (the file system's open handles).
-    let holders = Mutex<WeakHolders>(WeakHolders())
+    /// Who holds descriptors of the cache files: told when a stale copy's cache file is
+    /// replaced and when a download completes.
+    let openFiles: OpenFiles
 
-    struct WeakHolders: Sendable {
-        weak var value: (any CacheFileHolders)?
-    }
-
-    /// Tells `holders` when a stale copy's cache file is replaced and when a download completes.
-    public func attach(holders: any CacheFileHolders) {
-        self.holders.withLock { $0.value = holders }
-    }
-
-    init(remote: any RemoteStore, cache: ContentCache, store: LocalStore, observer: any MountObserver, logger: Logger, onFinished: @escaping @Sendable (Int64) -> Void) {
+    init(remote: any RemoteStore, cache: ContentCache, store: LocalStore, openFiles: OpenFiles, observer: any MountObserver, logger: Logger, onFinished: @escaping @Sendable (Int64) -> Void) {
         self.observer = observer
+        self.openFiles = openFiles
         self.remote = remote
         self.cache = cache
         self.store = store
@@ -192,7 +187,7 @@ public final class Downloads: Sendable {
 
     /// Cancels the download of `ino`, only if it is that `generation` when one is given.
     func cancel(_ ino: Int64, generation: UInt64?) {
-        end(ino, generation: generation, telling: EngineError.cancelled)?.task?.cancel()
+        end(ino, generation: generation, telling: ContentError.cancelled)?.task?.cancel()
     }
 
     /// Drops the download of `ino` (only that `generation`, when given) and counts it as ended,
@@ -221,7 +216,7 @@ public final class Downloads: Sendable {
     /// whole copy. False when it must not happen now (a writer has the file open, and writes
     /// into that cache file) or when the row moved on meanwhile.
     func replaceStaleCopy(_ ino: Int64, digest: ContentDigest) -> Bool {
-        if let holders = holders.withLock({ $0.value }), !holders.willReplaceStaleCopy(ino) { return false }
+        if !openFiles.willReplaceStaleCopy(ino) { return false }
         // Unlinked before the row says placeholder: an open that reads the row as a placeholder
         // opens (or creates) the new file, which the download then sizes in place.
         cache.remove(ino)
@@ -243,6 +238,6 @@ public final class Downloads: Sendable {
             s.active[ino]!.sinks.append(sink)
             return true
         }
-        guard attached else { throw EngineError.cancelled }
+        guard attached else { throw ContentError.cancelled }
     }
 }

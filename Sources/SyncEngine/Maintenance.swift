@@ -1,16 +1,9 @@
+import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
 import Logging
 import ServiceLifecycle
-
-/// Why an eviction was refused.
-public enum EvictRefusal: Error, Sendable {
-    /// The item has changes the server does not have yet.
-    case unsentChanges
-    /// The file is open.
-    case inUse
-}
 
 extension SyncEngine {
     /// Keeps the cache within its limit and downloads pinned items, whenever something changes.
@@ -19,7 +12,7 @@ extension SyncEngine {
     /// Drops the local content of a clean file, keeping its placeholder (`evictUbiquitousItem`).
     public func evict(_ ino: Int64) throws {
         let item = try store.read { try $0.item(ino) }
-        guard let item else { throw EngineError.notFound }
+        guard let item else { throw ContentError.notFound }
         if item.kind == .folder {
             // Every file below that can go goes; one that cannot (open, or with unsent
             // changes) stays, and the refusal is reported once the rest is done.
@@ -32,7 +25,7 @@ extension SyncEngine {
         }
         // An open file's descriptors read and write its cache file: removing it under a writer
         // lost both the old content and what the writer wrote next.
-        if isOpen(ino) { throw EvictRefusal.inUse }
+        if openFiles.isOpen(ino) { throw EvictRefusal.inUse }
         let pending = try store.read { try $0.pendingOps(for: ino) }
         if item.content == .dirty || pending > 0 { throw EvictRefusal.unsentChanges }
         // Asked for and now evicted: no longer wanted (dropped before the cancel, so that the
@@ -70,7 +63,7 @@ extension SyncEngine {
     /// (`startWantedDownloads`): each download holds a cache file open, and starting thousands
     /// at once ran the daemon out of file descriptors, which then failed unrelated opens.
     public func startDownload(_ ino: Int64) throws {
-        guard let item = try store.read({ try $0.item(ino) }) else { throw EngineError.notFound }
+        guard let item = try store.read({ try $0.item(ino) }) else { throw ContentError.notFound }
         let files = item.kind == .folder
             ? try store.read { try $0.descendants(of: ino) }.filter { $0.kind == .file && $0.content.needsDownload }
             : item.content.needsDownload ? [item] : []
@@ -95,7 +88,7 @@ extension SyncEngine {
         } catch {
             return  // unsure: keep them all
         }
-        for ino in unused where !isOpen(ino) && downloads.progress(ino) == nil { cache.remove(ino) }
+        for ino in unused where !openFiles.isOpen(ino) && downloads.progress(ino) == nil { cache.remove(ino) }
     }
 
     /// How many downloads the background (pinned files, folders asked for) keeps running at once.
@@ -111,7 +104,7 @@ extension SyncEngine {
         func startSome(_ items: [LocalItem]) {
             // A stale copy open for writing is not replaced under its writer: its start would
             // end at once and ask for the next pass, again and again, until the writer closes.
-            for item in items where free > 0 && downloads.progress(item.ino) == nil && !isOpenForWriting(item.ino) && downloads.retryIsDue(item) {
+            for item in items where free > 0 && downloads.progress(item.ino) == nil && !openFiles.isOpenForWriting(item.ino) && downloads.retryIsDue(item) {
                 downloads.start(item)
                 free -= 1
             }
@@ -127,7 +120,7 @@ extension SyncEngine {
     /// Drops a file's local content (a write that failed for lack of space) and shows the
     /// server's last version again, as a placeholder. Only for items the server has.
     public func revertToServerVersion(_ ino: Int64) {
-        guard let item = try? store.read({ try $0.item(ino) }), item.revision != nil, !isOpen(ino) else { return }
+        guard let item = try? store.read({ try $0.item(ino) }), item.revision != nil, !openFiles.isOpen(ino) else { return }
         downloads.cancel(ino)
         cache.remove(ino)
         try? store.write { w in

@@ -1,7 +1,9 @@
+import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
 import Logging
+import OpenFiles
 import ServiceLifecycle
 import SyncAPI
 import Synchronization
@@ -26,6 +28,9 @@ public final class SyncEngine: Sendable {
     public let remote: any RemoteStore
     public let cache: ContentCache
     public let downloads: Downloads
+    /// The files in use, shared with the file system: uploads wait for writers, eviction
+    /// skips open files, and a server change waits for a file's writers.
+    public let openFiles: OpenFiles
     let configuration: EngineConfiguration
     let observer: any MountObserver
     let logger: Logger
@@ -38,57 +43,12 @@ public final class SyncEngine: Sendable {
         var foreignContainer: String?
         /// The container was checked against this cache in this run of the mount.
         var containerVerified = false
-        /// Set from `generationClock` on every local write to a file: an upload whose file
-        /// changed meanwhile is redone. Only files written or uploaded lately have an entry
-        /// (see `generation(of:)` and `forgetGenerations(of:)`), so the map does not grow with
-        /// every file the mount ever wrote.
-        var writeGenerations: [Int64: UInt64] = [:]
-        /// The generation the last release or fsync of a writer saved (see `uploadableGeneration`).
-        var savedGenerations: [Int64: UInt64] = [:]
-        /// One clock for all files: a generation is never handed out twice, so an entry
-        /// forgotten and made again never equals a value read before (see `generation(of:)`).
-        var generationClock: UInt64 = 0
         var recoveredUnclosedWrites = false
-        /// Files an upload recorded as clean while open for writing (see `didWrite`).
-        var cleanedWhileOpen: Set<Int64> = []
-        /// Files open for writing: never evicted, and their uploads wait for a save (`uploadableGeneration`).
-        var openForWriting: [Int64: Int] = [:]
-        /// Files open for writing when a server change of them arrived: the change is held
-        /// (`held_changes`) until the last writer closes (see `applyHeldChange`).
-        var heldForWriters: Set<Int64> = []
         /// A server change is held because it would loop the folders here (see `applyLocked`):
         /// held changes are tried again after each later batch of the feed.
         var heldForLoops = false
-        var openCount: [Int64: Int] = [:]
-        var uploading: Set<Int64> = []
-        var uploadProgress: [Int64: (Int64, Int64)] = [:]
         /// The last change cursor applied or skipped.
         var cursor: ChangeCursor?
-
-        /// The file's write generation. A file with no entry has no write that a release or
-        /// fsync did not save (entries are forgotten only with no writer open): it gets a new
-        /// one, saved. A snapshot taken before an entry was forgotten therefore never matches
-        /// after it; the upload is then only redone, never taken for unchanged.
-        mutating func generation(of ino: Int64) -> UInt64 {
-            if let g = writeGenerations[ino] { return g }
-            generationClock &+= 1
-            writeGenerations[ino] = generationClock
-            savedGenerations[ino] = generationClock
-            return generationClock
-        }
-
-        mutating func wrote(_ ino: Int64) {
-            generationClock &+= 1
-            writeGenerations[ino] = generationClock
-        }
-
-        /// Drops the file's generations once no writer has it open: everything written was
-        /// saved, and the next `generation(of:)` starts afresh.
-        mutating func forgetGenerations(of ino: Int64) {
-            guard openForWriting[ino] == nil else { return }
-            writeGenerations[ino] = nil
-            savedGenerations[ino] = nil
-        }
     }
 
     let state = Mutex(State())
@@ -101,8 +61,9 @@ public final class SyncEngine: Sendable {
     let maintenanceSignal: AsyncStream<Void>.Continuation
     let maintenanceSignals: AsyncStream<Void>
 
-    public init(store: LocalStore, remote: any RemoteStore, cache: ContentCache, configuration: EngineConfiguration, observer: any MountObserver, logger: Logger) {
+    public init(store: LocalStore, remote: any RemoteStore, cache: ContentCache, openFiles: OpenFiles, configuration: EngineConfiguration, observer: any MountObserver, logger: Logger) {
         self.store = store
+        self.openFiles = openFiles
         self.remote = remote
         self.cache = cache
         self.configuration = configuration
@@ -111,7 +72,7 @@ public final class SyncEngine: Sendable {
         (outboxSignals, outboxSignal) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         (maintenanceSignals, maintenanceSignal) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         let maintenance = maintenanceSignal
-        downloads = Downloads(remote: remote, cache: cache, store: store, observer: observer, logger: logger) { _ in maintenance.yield() }
+        downloads = Downloads(remote: remote, cache: cache, store: store, openFiles: openFiles, observer: observer, logger: logger) { _ in maintenance.yield() }
         outboxSignal.yield()
         maintenanceSignal.yield()
     }
@@ -121,69 +82,13 @@ public final class SyncEngine: Sendable {
     /// A local change was queued: wake the uploader.
     public func outboxChanged() { outboxSignal.yield() }
 
-    /// True when the row must be marked as having local changes again: an upload (after an
-    /// fsync) recorded the file as clean while its writer kept it open, and the writer's
-    /// handle had marked it already.
-    @discardableResult
-    public func didWrite(_ ino: Int64) -> Bool {
-        state.withLock { s in
-            s.wrote(ino)
-            return s.cleanedWhileOpen.remove(ino) != nil
-        }
-    }
-
-    public func didOpen(_ ino: Int64, forWriting: Bool) {
-        state.withLock { s in
-            s.openCount[ino, default: 0] += 1
-            if forWriting { s.openForWriting[ino, default: 0] += 1 }
-        }
-    }
-
-    public func didClose(_ ino: Int64, forWriting: Bool) {
-        let held = state.withLock { s -> Bool in
-            s.openCount[ino, default: 1] -= 1
-            if s.openCount[ino] == 0 { s.openCount[ino] = nil }
-            guard forWriting else { return false }
-            s.openForWriting[ino, default: 1] -= 1
-            guard s.openForWriting[ino] == 0 else { return false }
-            s.openForWriting[ino] = nil
-            s.cleanedWhileOpen.remove(ino)
-            // An upload under way compares its snapshot when it is done, and forgets them then.
-            if !s.uploading.contains(ino) { s.forgetGenerations(of: ino) }
-            return s.heldForWriters.remove(ino) != nil
-        }
-        if held { applyHeldChange(of: ino) }
-        // The last writer closed: an upload held for it goes now.
-        if forWriting && !isOpenForWriting(ino) { outboxSignal.yield() }
+    /// A descriptor of the file was closed: what its close left to do (`OpenFiles.closed`).
+    public func fileClosed(_ ino: Int64, then after: OpenFiles.AfterClose) {
+        if after.applyHeldChange { applyHeldChange(of: ino) }
+        if after.kernelMustForget { observer.invalidate([.inode(ino)]) }
+        if after.revertToServerVersion { revertToServerVersion(ino) }
+        if after.wakeOutbox { outboxSignal.yield() }
         maintenanceSignal.yield()
-    }
-
-    /// How many local writes the file has had (in this run of the mount).
-    public func writeGeneration(_ ino: Int64) -> UInt64 { state.withLock { $0.generation(of: ino) } }
-
-    /// How many files the engine keeps write generations for: those written or uploaded
-    /// lately, not every file the mount ever wrote.
-    package var filesWithWriteGenerations: Int { state.withLock { $0.writeGenerations.count } }
-
-    /// An fsync, or the release of a descriptor, recorded the file's writes up to `generation`
-    /// and queued them: that version may go up even while another writer keeps the file open.
-    public func didSave(_ ino: Int64, generation: UInt64) {
-        state.withLock { s in s.savedGenerations[ino] = max(s.savedGenerations[ino] ?? 0, generation) }
-        outboxSignal.yield()
-    }
-
-    /// The file's write generation when its content may be uploaded now; nil while a writer
-    /// has it open and the file was written since the last release or fsync of a writer: the
-    /// content may then be half-written (`cat v1 > f` queues v1; a writer that opens f with
-    /// `O_TRUNC` right after must not send the empty file in its place). What goes up is
-    /// always what a release or fsync saved; with no writer open, every write was followed by
-    /// a release (a crash is handled at startup, see `recoverUnclosedWrites`).
-    func uploadableGeneration(_ ino: Int64) -> UInt64? {
-        state.withLock { s in
-            let generation = s.generation(of: ino)
-            guard s.openForWriting[ino] != nil, s.savedGenerations[ino] != generation else { return generation }
-            return nil
-        }
     }
 
     public func didAccess(_ ino: Int64) {
@@ -206,14 +111,7 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    public func isOpen(_ ino: Int64) -> Bool { state.withLock { $0.openCount[ino] != nil } }
-    public func isOpenForWriting(_ ino: Int64) -> Bool { state.withLock { $0.openForWriting[ino] != nil } }
-
     public func contentChangedLocally() { maintenanceSignal.yield() }
-
-    /// The kernel must ask again for an item's attributes (and drop its pages), from the
-    /// invalidation service, never inside the request that noticed it.
-    public func kernelMustForget(_ ino: Int64) { observer.invalidate([.inode(ino)]) }
 
     // MARK: Status
 
@@ -249,11 +147,9 @@ public final class SyncEngine: Sendable {
 
     public var isConnected: Bool { state.withLock { $0.connected } }
 
-    public func transfer(_ ino: Int64) -> (uploading: Bool, uploadPercent: Int?, downloadPercent: Int?) {
-        let (up, progress) = state.withLock { ($0.uploading.contains(ino), $0.uploadProgress[ino]) }
-        let down = downloads.progress(ino).map { $0.size == 0 ? 100 : Int($0.bytes * 100 / $0.size) }
-        let upPct = progress.map { $0.1 == 0 ? 100 : Int($0.0 * 100 / $0.1) }
-        return (up, upPct, down)
+    /// How far the file's running download is, in percent; nil when none runs.
+    public func downloadPercent(_ ino: Int64) -> Int? {
+        downloads.progress(ino).map { $0.size == 0 ? 100 : Int($0.bytes * 100 / $0.size) }
     }
 
     func setConnected(_ connected: Bool, error: String?) {

@@ -4,10 +4,10 @@ import LocalState
 extension FileSystem {
     public func openDirectory(_ ino: Int64) throws(FSError) -> UInt64 {
         guard try item(ino).kind == .folder else { throw .notADirectory }
-        return handles.withLock { h in
-            let id = h.next
-            h.next += 1
-            h.dirs[id] = OpenDirectory(ino: ino)
+        return directories.withLock { d in
+            let id = d.next
+            d.next += 1
+            d.open[id] = OpenDirectory(ino: ino)
             return id
         }
     }
@@ -16,13 +16,13 @@ extension FileSystem {
     /// takes a new snapshot (the start of a listing, or a `rewinddir`); later offsets index into
     /// it, so they stay stable across the kernel's readdir calls.
     public func readDirectory(_ handle: UInt64, from offset: Int) throws(FSError) -> LazyMapSequence<ArraySlice<DirectoryEntry>, DirectoryEntry> {
-        guard let dir = handles.withLock({ $0.dirs[handle] }) else { throw .badHandle }
+        guard let dir = directories.withLock({ $0.open[handle] }) else { throw .badHandle }
         var entries = dir.entries ?? []
         if dir.entries == nil || offset == 0 {
             do {
                 entries = try store.read { try $0.children(of: dir.ino) }.map { DirectoryEntry(name: $0.name, attributes: attributes(of: $0)) }
             } catch { throw .io }
-            handles.withLock { $0.dirs[handle]?.entries = entries }
+            directories.withLock { $0.open[handle]?.entries = entries }
         }
         // A change after the snapshot moves its folders' times (see `FolderListings`), as the
         // kernel reads each entry; lazily, since it reads only as many as fit its buffer.
@@ -35,7 +35,7 @@ extension FileSystem {
     }
 
     public func closeDirectory(_ handle: UInt64) {
-        _ = handles.withLock { $0.dirs.removeValue(forKey: handle) }
+        _ = directories.withLock { $0.open.removeValue(forKey: handle) }
     }
 
     public func makeDirectory(parent: Int64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32) throws(FSError) -> NodeAttributes {
@@ -52,7 +52,7 @@ extension FileSystem {
             try touchFolder(parent, w, now)
             return item
         })
-        engine.outboxChanged()
+        content.outboxChanged()
         return attributes(of: made)
     }
 }

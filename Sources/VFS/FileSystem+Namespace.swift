@@ -1,6 +1,6 @@
 import ItemModel
 import LocalState
-import SyncEngine
+import OpenFiles
 
 extension FileSystem {
     public func unlink(parent: Int64, name: [UInt8]) throws(FSError) {
@@ -26,16 +26,14 @@ extension FileSystem {
             try touchFolder(parent, w, now)
             return item
         })
-        if engine.isOpen(removed.ino) {
-            detached.withLock { $0[removed.ino] = removed }
-        } else {
+        if !openFiles.detachIfOpen(removed) {
             cache.remove(removed.ino)
             // Space came back: the maintenance pass makes the disk-full reserve again, if a full
             // disk used it up (a later fill must find it there to record its failure).
-            engine.contentChangedLocally()
+            content.contentChangedLocally()
         }
-        engine.cancelDownload(removed.ino)
-        engine.outboxChanged()
+        content.cancelDownload(removed.ino)
+        content.outboxChanged()
     }
 
     /// Removes an item's row and queues its deletion on the server, in one transaction.
@@ -134,9 +132,9 @@ extension FileSystem {
             }
         })
         if let replaced {
-            if engine.isOpen(replaced.ino) { detached.withLock { $0[replaced.ino] = replaced } } else { cache.remove(replaced.ino) }
+            if !openFiles.detachIfOpen(replaced) { cache.remove(replaced.ino) }
         }
-        engine.outboxChanged()
+        content.outboxChanged()
     }
 
     /// A safe save's file keeps its own mode and attributes: those that differ from the file

@@ -1,7 +1,7 @@
 import Glibc
 import ItemModel
 import LocalState
-import SyncEngine
+import OpenFiles
 import Synchronization
 
 extension FileSystem {
@@ -40,23 +40,22 @@ extension FileSystem {
         let fd: Int32
         do { fd = try cache.open(made.item.ino, truncate: true) } catch { throw Self.fsError(error) }
         // A new file is a change even if nothing is written: its release queues the upload.
-        let handle = register(Handle(ino: made.item.ino, fd: fd, writable: true, wrote: true, excluded: made.excluded))
-        sizesBeingWritten.withLock { $0[made.item.ino] = BeingWritten(size: 0, modified: now) }
-        engine.didOpen(made.item.ino, forWriting: true)
-        return Opened(handle: handle, keepCache: false, attributes: attributes(of: made.item))
+        let opening = openFiles.open(Handle(ino: made.item.ino, fd: fd, writable: true, wrote: true, excluded: made.excluded),
+                                     beingWritten: OpenFiles.BeingWritten(size: 0, modified: now))
+        return Opened(handle: opening.handle, keepCache: false, attributes: attributes(of: made.item))
     }
 
     public func open(_ ino: Int64, flags: Int32) async throws(FSError) -> Opened {
         let item = try openable(ino)
         guard item.kind == .file else { throw .isADirectory }
-        let waited = Self.needsContent(item, flags: flags, openForWriting: engine.isOpenForWriting(ino))
+        let waited = Self.needsContent(item, flags: flags, openForWriting: openFiles.isOpenForWriting(ino))
         if waited {
             do {
                 if Self.isWritable(flags) {
                     // Writing into the middle of a file needs all of it here first.
-                    try await engine.waitForContent(item, range: 0..<item.size)
+                    try await content.waitForContent(item, range: 0..<item.size)
                 } else {
-                    try await engine.prepareForReading(item)
+                    try await content.prepareForReading(item)
                 }
             } catch {
                 throw Self.fsError(error)
@@ -73,7 +72,7 @@ extension FileSystem {
     public func openIfLocal(_ ino: Int64, flags: Int32) throws(FSError) -> Opened? {
         let item = try openable(ino)
         guard item.kind == .file else { throw .isADirectory }
-        if Self.needsContent(item, flags: flags, openForWriting: engine.isOpenForWriting(ino)) { return nil }
+        if Self.needsContent(item, flags: flags, openForWriting: openFiles.isOpenForWriting(ino)) { return nil }
         return try finishOpen(item, flags: flags, wasLocal: item.content.isWhole)
     }
 
@@ -94,9 +93,9 @@ extension FileSystem {
         guard item.kind == .file, !Self.isWritable(flags), item.content == .placeholder,
               item.serverDigest != nil, item.size > 0
         else { return false }
-        if engine.isConnected {
+        if content.isConnected {
             // Started first: its request is on its way while the handle is made.
-            engine.downloadNow(item)
+            content.downloadNow(item)
             answer(try finishOpen(item, flags: flags, wasLocal: false))
             return true
         }
@@ -108,7 +107,7 @@ extension FileSystem {
             release(opened.handle)
             answer(nil)
         }
-        engine.whenFirstBytesLand(item) { landed in
+        content.whenFirstBytesLand(item) { landed in
             let opened = rendezvous.withLock { r -> Opened? in
                 guard !r.failed else { return nil }
                 r.landed = landed
@@ -155,10 +154,9 @@ extension FileSystem {
         let excluded = writable ? ((try? store.read { try $0.isExcluded(ino) }) ?? false) : false
         // A stale copy here is whole (a refresh makes the row a placeholder first).
         let local = item.content.isWhole || item.content == .stale
-        let handle = register(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded,
-                                     digest: local ? nil : item.serverDigest, knownLocal: local))
-        let (oldPages, oldCopyOpen) = pagesOfOldCopy(ino)
-        engine.didOpen(ino, forWriting: writable)
+        let opening = openFiles.open(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded,
+                                            digest: local ? nil : item.serverDigest, knownLocal: local))
+        let handle = opening.handle
         if truncate {
             do { try setSize(ino, 0, fd: fd) } catch {
                 release(handle)
@@ -166,52 +164,10 @@ extension FileSystem {
             }
             markWritten(handle)
         }
-        engine.didAccess(ino)
+        content.didAccess(ino)
         // Truncated: the row changed (read it again), and the kernel's cached pages are old.
         let shown = try truncate ? self.item(ino) : item
-        return Opened(handle: handle, keepCache: wasLocal && !truncate && !oldPages, attributes: attributes(of: shown),
-                      flushOnClose: writable, directIO: oldCopyOpen)
-    }
-
-    /// Whether the kernel's pages of `ino` may hold a replaced version's bytes, and whether a
-    /// handle still reads that version. An open must then not keep those pages; and while such
-    /// a handle is open, the new one bypasses the page cache, which the two would share.
-    func pagesOfOldCopy(_ ino: Int64) -> (pages: Bool, oldCopyOpen: Bool) {
-        guard pagesOfOldCopies.withLock({ $0.contains(ino) }) else { return (false, false) }
-        let open = handles.withLock { s in s.open.values.contains { $0.ino == ino && $0.oldCopy } }
-        // The last old copy closed: this open (which does not keep the cache) drops its pages.
-        if !open { pagesOfOldCopies.withLock { _ = $0.remove(ino) } }
-        return (true, open)
-    }
-
-    func register(_ h: Handle) -> UInt64 {
-        handles.withLock { s in
-            let id = s.next
-            s.next += 1
-            s.open[id] = h
-            return id
-        }
-    }
-}
-
-extension FileSystem: CacheFileHolders {
-    public func downloadCompleted(_ ino: Int64, digest: ContentDigest) {
-        handles.withLock { s in
-            for (key, h) in s.open where h.ino == ino && h.digest == digest { s.open[key]!.knownLocal = true }
-        }
-    }
-
-    public func willReplaceStaleCopy(_ ino: Int64) -> Bool {
-        let keptOpen = handles.withLock { s -> Bool? in
-            let ours = s.open.filter { $0.value.ino == ino }
-            if ours.values.contains(where: \.writable) { return nil }
-            // The others followed a download that never completed: `rowForHandleVersion`
-            // fails their reads.
-            for (key, h) in ours where h.knownLocal { s.open[key]!.oldCopy = true }
-            return ours.values.contains(where: \.knownLocal)
-        }
-        guard let keptOpen else { return false }
-        if keptOpen { pagesOfOldCopies.withLock { _ = $0.insert(ino) } }
-        return true
+        return Opened(handle: handle, keepCache: wasLocal && !truncate && !opening.pagesOfOldCopy, attributes: attributes(of: shown),
+                      flushOnClose: writable, directIO: opening.oldCopyOpen)
     }
 }

@@ -1,7 +1,7 @@
+import CacheFiles
 import Glibc
 import LocalState
 import Logging
-import SyncEngine
 
 extension FileSystem {
     public enum ReadResult: Sendable {
@@ -13,7 +13,7 @@ extension FileSystem {
     /// A read that can be answered at once from the cache file (the content is here), or nil
     /// when it must wait for a download (then the caller uses `read`).
     public func readIfLocal(_ handle: UInt64, offset: Int64, size: Int) throws(FSError) -> ReadResult? {
-        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        guard let h = openFiles.handle(handle) else { throw .badHandle }
         // The common cases touch no database: content known to be here (the cache file's own
         // size is the content's), or bytes behind the front of this version's download.
         if h.knownLocal {
@@ -22,7 +22,7 @@ extension FileSystem {
             return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: Int64(st.st_size))
         }
         if let digest = h.digest {
-            switch engine.readPosition(h.ino, digest: digest, from: offset, count: size) {
+            switch content.readPosition(h.ino, digest: digest, from: offset, count: size) {
             case .landed(let fileSize): return Self.slice(fd: h.fd, offset: offset, size: size, fileSize: fileSize)
             // Ahead of this version's running download: the caller waits for it.
             case .ahead: return nil
@@ -30,35 +30,35 @@ extension FileSystem {
             }
         }
         let item = try rowForHandleVersion(h)
-        let fileSize = sizesBeingWritten.withLock { $0[h.ino]?.size } ?? item.size
+        let fileSize = openFiles.beingWritten(h.ino)?.size ?? item.size
         guard offset < fileSize else { return .bytes([]) }
         let count = Int(min(Int64(size), fileSize - offset))
         let local = item.content.isWhole
         // Behind the front of a running download of the current version: the bytes are here.
         let landed = !local && item.serverDigest.flatMap {
-            engine.readPosition(h.ino, digest: $0, from: offset, count: count).landedSize
+            content.readPosition(h.ino, digest: $0, from: offset, count: count).landedSize
         } != nil
         guard local || landed else { return nil }
-        if local { handles.withLock { $0.open[handle]?.knownLocal = true } }
+        if local { openFiles.markKnownLocal(handle) }
         return .file(fd: h.fd, offset: offset, count: count)
     }
 
     /// For a read `readIfLocal` could not answer (callers try that first, on their thread).
     public func read(_ handle: UInt64, offset: Int64, size: Int) async throws(FSError) -> ReadResult {
-        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        guard let h = openFiles.handle(handle) else { throw .badHandle }
         // Ahead of the running download of this handle's version: wait for just this range,
         // without the database (a sequential reader waits here on every request).
         // A failed or cancelled wait falls through to the full path, which knows why.
-        if let digest = h.digest, (try? await engine.waitIfDownloading(h.ino, digest: digest, from: offset, count: size)) == true,
+        if let digest = h.digest, (try? await content.waitIfDownloading(h.ino, digest: digest, from: offset, count: size)) == true,
            let ready = try readIfLocal(handle, offset: offset, size: size) {
             return ready
         }
         let item = try rowForHandleVersion(h)
-        let fileSize = sizesBeingWritten.withLock { $0[h.ino]?.size } ?? item.size
+        let fileSize = openFiles.beingWritten(h.ino)?.size ?? item.size
         guard offset < fileSize else { return .bytes([]) }
         let count = Int(min(Int64(size), fileSize - offset))
         if item.content == .placeholder {
-            do { try await engine.waitForContent(item, range: offset..<(offset + Int64(count))) } catch { throw Self.fsError(error) }
+            do { try await content.waitForContent(item, range: offset..<(offset + Int64(count))) } catch { throw Self.fsError(error) }
         }
         return .file(fd: h.fd, offset: offset, count: count)
     }
@@ -82,10 +82,10 @@ extension FileSystem {
     /// False when no such download runs: the caller uses `read`. `answer(nil)` when the
     /// download failed or was cancelled first: the caller uses `read`, which says why.
     public func readWhenLanded(_ handle: UInt64, offset: Int64, size: Int, answer: @escaping @Sendable (ReadResult?) -> Void) throws(FSError) -> Bool {
-        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        guard let h = openFiles.handle(handle) else { throw .badHandle }
         guard let digest = h.digest else { return false }
         let fd = h.fd
-        return engine.whenLanded(h.ino, digest: digest, from: offset, count: size) { fileSize in
+        return content.whenLanded(h.ino, digest: digest, from: offset, count: size) { fileSize in
             answer(fileSize.map { Self.slice(fd: fd, offset: offset, size: size, fileSize: $0) })
         }
     }

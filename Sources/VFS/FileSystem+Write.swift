@@ -2,26 +2,24 @@ import Glibc
 import ItemModel
 import LocalState
 import Logging
-import SyncEngine
+import OpenFiles
 
 extension FileSystem {
     public func write(_ handle: UInt64, offset: Int64, data: [UInt8]) throws(FSError) -> Int {
-        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        guard let h = openFiles.handle(handle) else { throw .badHandle }
         // The file's version is broken (a write failed): later writes fail at once. The kernel
         // reports the first failure of a large write() as a short write, and the writer goes
         // on; writing on would fill the space the reserve just freed for recording the failure.
-        if let code = writeError(of: h) { throw FSError(writeFailure: code) }
+        if let code = openFiles.writeFailure(of: h) { throw FSError(writeFailure: code) }
         var done = 0
         while done < data.count {
             let n = data.withUnsafeBytes { pwrite(h.fd, $0.baseAddress! + done, data.count - done, off_t(offset + Int64(done))) }
             if n < 0 {
                 let code = errno
                 if code == EINTR { continue }
-                handles.withLock { $0.open[handle]?.writeError = code }
-                failedWrites.withLock { $0[h.ino] = code }
                 // Part of it may have landed: a snapshot taken meanwhile is not sent, and a file
                 // an fsync's upload recorded as clean has local changes again.
-                if engine.didWrite(h.ino) { markWritten(handle) }
+                if openFiles.writeFailed(handle, code: code) { markWritten(handle) }
                 // Disk full is ENOSPC to the writer, never EIO, and this version is not uploaded.
                 // Free the reserve so that the close can still record that.
                 if code == ENOSPC || code == EDQUOT { cache.dropReserve() }
@@ -29,30 +27,17 @@ extension FileSystem {
             }
             done += n
         }
-        let markAgain = engine.didWrite(h.ino)
-        let end = offset + Int64(done)
-        let now = Self.now()
         // The size the database holds is needed only by the first write since the open; later
-        // writes (and every write to a file created here) find it in `sizesBeingWritten`.
-        let base = sizesBeingWritten.withLock({ $0[h.ino] }) == nil ? (try? item(h.ino).size) ?? 0 : 0
-        sizesBeingWritten.withLock { l in
-            var entry = l[h.ino] ?? BeingWritten(size: base, modified: now)
-            entry.size = max(entry.size, end)
-            entry.modified = now
-            l[h.ino] = entry
-        }
+        // writes (and every write to a file created here) find it in the table.
+        let base = openFiles.beingWritten(h.ino) == nil ? (try? item(h.ino).size) ?? 0 : 0
+        let markAgain = openFiles.wrote(h.ino, upTo: offset + Int64(done), at: Self.now(), size: base)
         if !h.wrote || markAgain { markWritten(handle) }
         return done
     }
 
     /// The first write through a handle makes the item dirty (its base revision stays).
     func markWritten(_ handle: UInt64) {
-        guard let h = handles.withLock({ s -> Handle? in
-            guard var h = s.open[handle] else { return nil }
-            h.wrote = true
-            s.open[handle] = h
-            return h
-        }) else { return }
+        guard let h = openFiles.markWritten(handle) else { return }
         try? store.write { w in
             guard var row = try w.reader.item(h.ino), row.content != .dirty else { return }
             row.content = .dirty
@@ -71,7 +56,7 @@ extension FileSystem {
     /// grew past the size its last close recorded is held back as half-written (see
     /// `SyncEngine.recoverUnclosedWrites`).
     public func flush(_ handle: UInt64) throws(FSError) {
-        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        guard let h = openFiles.handle(handle) else { throw .badHandle }
         if let code = h.writeError { throw FSError(writeFailure: code) }
         _ = try recordWrites(handle, h)
     }
@@ -79,10 +64,13 @@ extension FileSystem {
     /// Makes the written content durable and queues its upload, as a close does. The upload goes
     /// even while the file stays open: the writer said this version is whole.
     public func fsync(_ handle: UInt64) throws(FSError) {
-        guard let h = handles.withLock({ $0.open[handle] }) else { throw .badHandle }
+        guard let h = openFiles.handle(handle) else { throw .badHandle }
         if let code = h.writeError { throw FSError(writeFailure: code) }
         guard Glibc.fsync(h.fd) == 0 else { throw errno == ENOSPC ? .noSpace : .io }
-        if let generation = try recordWrites(handle, h) { engine.didSave(h.ino, generation: generation) }
+        if let generation = try recordWrites(handle, h) {
+            openFiles.saved(h.ino, generation: generation)
+            content.outboxChanged()
+        }
         // The content is on disk: so must be the record that it is to be uploaded.
         do { try store.makeDurable() } catch { throw .io }
     }
@@ -91,7 +79,7 @@ extension FileSystem {
     /// it last did. The write generation recorded; nil when the handle never wrote.
     func recordWrites(_ handle: UInt64, _ h: Handle) throws(FSError) -> UInt64? {
         guard h.wrote else { return nil }
-        if let code = writeError(of: h) {
+        if let code = openFiles.writeFailure(of: h) {
             // Another descriptor's write failed: recorded as such, never queued.
             var broken = h
             broken.writeError = code
@@ -99,58 +87,44 @@ extension FileSystem {
             return nil
         }
         // Read first: a write landing during the commit bumps it, and the next save records it.
-        let generation = engine.writeGeneration(h.ino)
+        let generation = openFiles.writeGeneration(h.ino)
         guard h.savedGeneration != generation else { return generation }
         try persistWrites(h, queueUpload: true)
-        handles.withLock { $0.open[handle]?.savedGeneration = generation }
+        openFiles.recorded(handle, generation: generation)
         return generation
     }
 
     public func release(_ handle: UInt64) {
-        guard let h = handles.withLock({ $0.open.removeValue(forKey: handle) }) else { return }
+        guard let h = openFiles.takeHandle(handle) else { return }
         // A failed first write leaves `wrote` false, but part of it may have landed: the
         // failure is recorded (and the queued uploads dropped) all the same.
-        let failure = writeError(of: h)
+        let failure = openFiles.writeFailure(of: h)
+        var saved: UInt64?
         if h.wrote || h.writeError != nil {
-            let generation = engine.writeGeneration(h.ino)
+            let generation = openFiles.writeGeneration(h.ino)
             var recorded = h
             recorded.writeError = failure
             do {
                 // Mostly recorded by the close (flush) already.
                 if failure != nil || h.savedGeneration != generation { try persistWrites(recorded, queueUpload: failure == nil) }
                 // The writer is done: its version may go up even while another writer has the file open.
-                if failure == nil { engine.didSave(h.ino, generation: generation) }
+                if failure == nil { saved = generation }
             } catch {
                 logger.error("cannot record a closed file", metadata: ["item.ino": "\(h.ino)", "error": "\(error)"])
             }
         }
         close(h.fd)
-        engine.didClose(h.ino, forWriting: h.writable)
-        // A reader of a replaced, longer version that read to its end made the kernel shrink
-        // the inode's size to where its read came up short. Asked again only now: asked during
-        // its reads, the kernel would take the new size and read zeros past the old end.
-        if h.oldCopy { engine.kernelMustForget(h.ino) }
-        let stillOpen = handles.withLock { $0.open.values.contains { $0.ino == h.ino } }
-        if !stillOpen {
-            _ = sizesBeingWritten.withLock { $0.removeValue(forKey: h.ino) }
-            if detached.withLock({ $0.removeValue(forKey: h.ino) }) != nil { cache.remove(h.ino) }
-            failedWrites.withLock { _ = $0.removeValue(forKey: h.ino) }
-            if let code = failure, code == ENOSPC || code == EDQUOT {
-                // The disk filled up under this writer: the partial version is dropped (its
-                // space is what the disk lacks) and the file is again the last version on the
-                // server, as a placeholder. A file the server never had keeps what was written.
-                engine.revertToServerVersion(h.ino)
-            }
-        }
-        if h.wrote { engine.outboxChanged() }
+        let after = openFiles.closed(h, saved: saved, failure: failure)
+        if after.removeCacheFile { cache.remove(h.ino) }
+        content.fileClosed(h.ino, then: after)
     }
 
     /// Writes the file's new size and time, and (unless the write failed) queues the upload,
     /// in one transaction: a closed file's upload survives a crash.
     func persistWrites(_ h: Handle, queueUpload: Bool) throws(FSError) {
-        let l = sizesBeingWritten.withLock { $0[h.ino] }
+        let l = openFiles.beingWritten(h.ino)
         let size = cache.size(h.ino) ?? l?.size ?? 0
-        try commit(Rerunnable { [self] w in
+        try commit(Rerunnable { w in
             guard var item = try w.reader.item(h.ino) else { return }
             item.size = size
             if let l { item.modified = l.modified }
@@ -166,7 +140,7 @@ extension FileSystem {
             try w.updateContentState(item)
             if queueUpload && !h.excluded { try w.enqueue(.content, ino: h.ino) }
         })
-        engine.contentChangedLocally()
+        content.contentChangedLocally()
     }
 
     // MARK: Attributes
@@ -193,7 +167,7 @@ extension FileSystem {
         if let size = changes.size {
             guard item.kind == .file else { throw .isADirectory }
             if size != 0 && item.content.needsDownload {
-                do { try await engine.waitForContent(item, range: 0..<item.size) } catch { throw Self.fsError(error) }
+                do { try await content.waitForContent(item, range: 0..<item.size) } catch { throw Self.fsError(error) }
             }
             let fd: Int32
             do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
@@ -202,23 +176,20 @@ extension FileSystem {
             // The truncate belongs to the descriptor it came through (`ftruncate`, as truncate(1)
             // does), whose close then saves it; a truncate by path, while another descriptor
             // writes, to one of those (any: the file's upload waits for a save either way).
-            let writer = handles.withLock { s -> UInt64? in
-                if let handle, s.open[handle]?.writable == true { return handle }
-                return s.open.first { $0.value.ino == ino && $0.value.writable }?.key
-            }
-            if let writer {
+            if let writer = openFiles.writer(of: ino, preferring: handle) {
                 markWritten(writer)
             } else {
-                let generation = engine.writeGeneration(ino)
+                let generation = openFiles.writeGeneration(ino)
                 try persistWrites(Handle(ino: ino, fd: fd, writable: true, wrote: true, excluded: (try? store.read { try $0.isExcluded(ino) }) ?? false), queueUpload: true)
                 // No writer holds it: this truncate is the whole change, saved.
-                engine.didSave(ino, generation: generation)
+                openFiles.saved(ino, generation: generation)
+                content.outboxChanged()
             }
             item = try self.item(ino)
         }
         if changes.mode != nil || changes.mtime != nil || changes.uid != nil || changes.gid != nil || changes.atime != nil {
             let synced = changes.mode != nil || changes.mtime != nil
-            try commit(Rerunnable { [self] w in
+            try commit(Rerunnable { w in
                 guard var row = try w.reader.item(ino) else { throw FSError.notFound }
                 if let mode = changes.mode { row.mode = mode & 0o7777 }
                 if let uid = changes.uid { row.uid = uid }
@@ -229,8 +200,8 @@ extension FileSystem {
                 try w.update(row)
                 if try synced && row.revision != nil && !w.reader.isExcluded(ino) { try w.enqueue(.attributes, ino: ino) }
             })
-            if let mtime = changes.mtime { sizesBeingWritten.withLock { if $0[ino] != nil { $0[ino]!.modified = mtime } } }
-            engine.outboxChanged()
+            if let mtime = changes.mtime { openFiles.setModified(ino, mtime) }
+            content.outboxChanged()
         }
         return attributes(of: try self.item(ino))
     }
@@ -240,10 +211,9 @@ extension FileSystem {
             if errno == ENOSPC { cache.dropReserve() }
             throw errno == ENOSPC ? .noSpace : .io
         }
-        engine.didWrite(ino)
         let now = Self.now()
-        sizesBeingWritten.withLock { $0[ino] = BeingWritten(size: size, modified: now) }
-        try commit(Rerunnable { [self] w in
+        openFiles.truncated(ino, to: size, at: now)
+        try commit(Rerunnable { w in
             guard var item = try w.reader.item(ino) else { return }
             item.size = size
             item.modified = now

@@ -1,7 +1,7 @@
+import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
-import SyncEngine
 
 extension FileSystem {
     public func getXattr(_ ino: Int64, name: String) throws(FSError) -> [UInt8] {
@@ -36,11 +36,11 @@ extension FileSystem {
     public func status(of item: LocalItem) -> ItemStatus {
         let excluded = (try? store.read { try $0.isExcluded(item.ino) }) ?? false
         let pending = (try? store.read { try $0.pendingOps(for: item.ino) }) ?? 0
-        let transfer = engine.transfer(item.ino)
+        let upload = openFiles.upload(item.ino)
         var item = item
-        if let l = sizesBeingWritten.withLock({ $0[item.ino] }) { item.size = l.size }
-        return ItemStatus(item: item, excluded: excluded, pendingOps: pending, downloadPercent: transfer.downloadPercent,
-                          uploading: transfer.uploading, uploadPercent: transfer.uploadPercent)
+        if let l = openFiles.beingWritten(item.ino) { item.size = l.size }
+        return ItemStatus(item: item, excluded: excluded, pendingOps: pending, downloadPercent: content.downloadPercent(item.ino),
+                          uploading: upload.uploading, uploadPercent: upload.percent)
     }
 
     public func setXattr(_ ino: Int64, name: String, value: [UInt8], create: Bool, replace: Bool) throws(FSError) {
@@ -52,10 +52,10 @@ extension FileSystem {
                 // The pin itself asks for the downloads (the background starts pinned files
                 // that need content); no download request is recorded, so after an unpin none
                 // of them starts any more.
-                case ("user.ubiq.pinned", "1"): try engine.setPinned(ino, true)
-                case ("user.ubiq.pinned", "0"): try engine.setPinned(ino, false)
-                case ("user.ubiq.downloadingStatus", "current"): try engine.startDownload(ino)
-                case ("user.ubiq.downloadingStatus", "notDownloaded"): try engine.evict(ino)
+                case ("user.ubiq.pinned", "1"): try content.setPinned(ino, true)
+                case ("user.ubiq.pinned", "0"): try content.setPinned(ino, false)
+                case ("user.ubiq.downloadingStatus", "current"): try content.startDownload(ino)
+                case ("user.ubiq.downloadingStatus", "notDownloaded"): try content.evict(ino)
                 default: throw FSError.invalidArgument
                 }
             } catch let e as FSError {
@@ -80,7 +80,7 @@ extension FileSystem {
             try w.update(item)
             try queueXattrChange(item, name: name, w)
         })
-        engine.outboxChanged()
+        content.outboxChanged()
     }
 
     public func removeXattr(_ ino: Int64, name: String) throws(FSError) {
@@ -93,7 +93,7 @@ extension FileSystem {
             try w.update(item)
             try queueXattrChange(item, name: name, w)
         })
-        engine.outboxChanged()
+        content.outboxChanged()
     }
 
     /// Records which attribute changed, for a merge with changes made elsewhere meanwhile,

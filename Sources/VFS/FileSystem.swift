@@ -1,8 +1,9 @@
+import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
 import Logging
-import SyncEngine
+import OpenFiles
 import Synchronization
 
 /// The mount's file-system semantics, without FUSE: what each POSIX operation does to the
@@ -14,54 +15,22 @@ import Synchronization
 /// (open of a placeholder, read of bytes not yet here) are `async`; the bridge runs them in a
 /// Task and replies when they finish.
 ///
-/// Lock order: `handles` then `sizesBeingWritten`; both are leaves for everything else (no
-/// I/O, no database call, no engine call under them).
+/// Lock order: `directories` and the `OpenFiles` table are leaves (no I/O, no database call
+/// and no call out under them).
 public final class FileSystem: Sendable {
-    public let engine: SyncEngine
+    /// Where content comes from: the sync engine, through the calls this target owns.
+    let content: any ContentSource
+    /// The files in use, shared with the engine: the descriptors and every per-file fact of them.
+    public let openFiles: OpenFiles
     let store: LocalStore
     let cache: ContentCache
     let logger: Logger
     let identityToken: String
 
-    /// One open file (`open`/`create` until `release`).
-    struct Handle: Sendable {
-        let ino: Int64
-        let fd: Int32
-        let writable: Bool
-        var wrote = false
-        /// A write failed (disk full): this version is never uploaded.
-        var writeError: Int32?
-        let excluded: Bool
-        /// The server version this handle reads while it downloads (nil: local from the start).
-        var digest: ContentDigest? = nil
-        /// The descriptor's file holds a whole version: opened on one, or the download it
-        /// followed completed. It stays whole while open (eviction waits for the last close,
-        /// and a newer version goes into a new file), so reads skip the database.
-        var knownLocal = false
-        /// Reads a version the file has since left: a stale copy whose cache file a download
-        /// of the new version replaced. The kernel's pages of this inode may be of either.
-        var oldCopy = false
-        /// The file's write generation when this handle last recorded its writes and queued
-        /// their upload (flush, fsync): a release or flush with nothing new commits nothing.
-        var savedGeneration: UInt64?
-    }
+    typealias Handle = OpenFiles.Handle
 
-    /// The size and time of a file being written, ahead of the database until the last close.
-    struct BeingWritten: Sendable {
-        var size: Int64
-        var modified: Timestamp
-    }
-
-    /// Files a write into failed (disk full) while they are open, with the error: part of the
-    /// write may have landed, so the version is broken for every descriptor, not only the one
-    /// whose write failed; no close of any of them queues it. Cleared at the last close.
-    let failedWrites = Mutex<[Int64: Int32]>([:])
-
-    /// The write failure a handle's close must report in the file's state: its own, or another
-    /// descriptor's of the same file.
-    func writeError(of h: Handle) -> Int32? { h.writeError ?? failedWrites.withLock { $0[h.ino] } }
-
-    let handles = Mutex<(next: UInt64, open: [UInt64: Handle], dirs: [UInt64: OpenDirectory])>((1, [:], [:]))
+    /// The folders opened for listing (`opendir` until `releasedir`).
+    let directories = Mutex<(next: UInt64, open: [UInt64: OpenDirectory])>((1, [:]))
 
     /// A folder opened for listing. The snapshot is taken by the first read at offset 0, not at
     /// the open: the kernel opens a folder for every listing, also for those it answers from
@@ -70,25 +39,19 @@ public final class FileSystem: Sendable {
         let ino: Int64
         var entries: [DirectoryEntry]?
     }
-    let sizesBeingWritten = Mutex<[Int64: BeingWritten]>([:])
-    /// Items deleted while open: the kernel may still ask about them until the last close.
-    let detached = Mutex<[Int64: LocalItem]>([:])
-    /// Files whose kernel page cache may hold the bytes of a replaced version (read through a
-    /// handle of an old copy): opens do not keep it until no such handle is left.
-    let pagesOfOldCopies = Mutex<Set<Int64>>([])
     /// Folders whose entries changed without a request of the kernel's.
     let listings: FolderListings
 
-    /// `store` and `cache` are the engine's own: the file system reads and writes the same
-    /// database and cache files.
-    public init(engine: SyncEngine, store: LocalStore, cache: ContentCache, identityToken: String, logger: Logger, listings: FolderListings = FolderListings()) {
+    /// `store`, `cache` and `openFiles` are the engine's own: the file system reads and writes
+    /// the same database, cache files and table of files in use.
+    public init(content: any ContentSource, openFiles: OpenFiles, store: LocalStore, cache: ContentCache, identityToken: String, logger: Logger, listings: FolderListings = FolderListings()) {
         self.listings = listings
-        self.engine = engine
+        self.content = content
+        self.openFiles = openFiles
         self.store = store
         self.cache = cache
         self.identityToken = identityToken
         self.logger = logger
-        engine.attach(cacheFileHolders: self)
     }
 
     // MARK: Lookup and attributes
@@ -105,14 +68,14 @@ public final class FileSystem: Sendable {
             logger.error("database read failed", metadata: ["error": "\(error)"])
             throw .io
         }
-        if let gone = detached.withLock({ $0[ino] }) { return gone }
+        if let gone = openFiles.detached(ino) { return gone }
         throw .notFound
     }
 
     func attributes(of item: LocalItem) -> NodeAttributes {
-        let l = sizesBeingWritten.withLock { $0[item.ino] }
+        let l = openFiles.beingWritten(item.ino)
         var item = item
-        if let accessed = engine.unsavedAccess(item.ino) { item.lastAccess = max(item.lastAccess, accessed) }
+        if let accessed = content.unsavedAccess(item.ino) { item.lastAccess = max(item.lastAccess, accessed) }
         if item.kind == .folder { item.modified = listings.modified(item.ino, stored: item.modified) }
         return NodeAttributes(item, liveSize: l?.size, liveModified: l?.modified)
     }
@@ -146,7 +109,7 @@ public final class FileSystem: Sendable {
     public func forget(_ ino: Int64) {
         // Inode numbers are row ids that live as long as the item: nothing to drop but a
         // detached (deleted while open) node that nobody holds any more.
-        if !engine.isOpen(ino) { _ = detached.withLock { $0.removeValue(forKey: ino) } }
+        openFiles.forget(ino)
     }
 
     // MARK: Volume
@@ -197,7 +160,7 @@ public final class FileSystem: Sendable {
     }
 
     /// What a caller of the file system sees of a failure below it. The errors of the store
-    /// and the engine are mapped case by case; anything else (a database fault) is EIO.
+    /// and of content are mapped case by case; anything else (a database fault) is EIO.
     static func fsError(_ error: Error) -> FSError {
         switch error {
         case let e as FSError: return e
@@ -206,7 +169,7 @@ public final class FileSystem: Sendable {
             case .diskFull: return .noSpace
             case .undecodable: return .io
             }
-        case let e as EngineError:
+        case let e as ContentError:
             switch e {
             case .io(_, let code): return FSError(writeFailure: code)
             case .notFound: return .notFound

@@ -8,10 +8,12 @@
 //   - Every test closes its harness (`defer { h.close() }`): gates are opened and the temp
 //     folder is removed.
 
+import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
 import Logging
+import OpenFiles
 import SyncAPI
 import SyncEngine
 import Synchronization
@@ -77,11 +79,12 @@ struct Harness: Sendable {
         store = inMemoryDatabase ? try LocalStore(inMemory: ()) : try LocalStore(path: self.directory.path + "/state.sqlite")
         let cache = try ContentCache(directory: self.directory.path + "/content")
         let logger = Logger(label: "ubiq.vfs-tests") { _ in SwiftLogNoOpLogHandler() }
+        let openFiles = OpenFiles()
         engine = SyncEngine(
-            store: store, remote: remote, cache: cache,
+            store: store, remote: remote, cache: cache, openFiles: openFiles,
             configuration: EngineConfiguration(deviceName: "test-device", cacheLimit: cacheLimit),
             observer: observer, logger: logger)
-        fs = FileSystem(engine: engine, store: engine.store, cache: engine.cache, identityToken: Self.identityToken, logger: logger)
+        fs = FileSystem(content: engine, openFiles: openFiles, store: store, cache: cache, identityToken: Self.identityToken, logger: logger)
     }
 
     /// A new daemon on the same database, cache folder and server, as after a restart (or a
@@ -339,3 +342,6 @@ final class DeadlineRace<T: Sendable>: Sendable {
         c.resume(with: result)
     }
 }
+
+/// The tests compose the engine and the file system themselves, as the daemon does.
+extension SyncEngine: ContentSource {}

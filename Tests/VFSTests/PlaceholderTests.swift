@@ -1,8 +1,8 @@
 import Foundation
 import ItemModel
 import LocalState
-import Synchronization
 import SyncAPI
+import Synchronization
 import Testing
 import TestSupport
 import VFS
@@ -150,7 +150,7 @@ struct PlaceholderTests {
             #expect(try h.fs.openWhileDownloading(other, flags: O_RDONLY) { failed.set($0) })
             try await eventually("the failed open to be answered") { failed.value != nil }
             #expect(failed.value! == nil, "no first bytes: the general open says why")
-            #expect(!h.engine.isOpen(other), "and the handle made for it is gone")
+            #expect(!h.fs.openFiles.isOpen(other), "and the handle made for it is gone")
             h.remote.isOnline = true
             reconnect.open()
         }

@@ -337,7 +337,7 @@ struct UploadTests {
         var inos: [Int64] = []
         for i in 0..<20 { inos.append(try h.writeNewFile("f\(i).txt", Array("content \(i)".utf8))) }
         try await h.overwrite(inos[0], Array("second version".utf8))
-        #expect(h.engine.filesWithWriteGenerations == 0, "closed files with nothing uploading keep none")
+        #expect(h.fs.openFiles.filesWithWriteGenerations == 0, "closed files with nothing uploading keep none")
 
         // A writer that fsyncs keeps its file's entry while it is open, across the upload.
         let writer = try await h.fs.open(inos[1], flags: O_RDWR)
@@ -346,13 +346,13 @@ struct UploadTests {
         try await h.running([.outbox, .changeFeed]) {
             try await eventually("the fsynced version to be uploaded") { h.remote.content(atPath: "/f1.txt") == Array("fsynced 1".utf8) }
             try await h.settled()
-            #expect(h.engine.filesWithWriteGenerations == 1, "only the file still open for writing")
+            #expect(h.fs.openFiles.filesWithWriteGenerations == 1, "only the file still open for writing")
             _ = try h.fs.write(writer.handle, offset: 0, data: Array("FSYNCED".utf8))
             h.fs.release(writer.handle)
             try await eventually("the last version to be uploaded") { h.remote.content(atPath: "/f1.txt") == Array("FSYNCED 1".utf8) }
             try await h.settled()
             #expect(h.remote.content(atPath: "/f19.txt") == Array("content 19".utf8))
-            #expect(h.engine.filesWithWriteGenerations == 0, "every upload done, no writer open")
+            #expect(h.fs.openFiles.filesWithWriteGenerations == 0, "every upload done, no writer open")
         }
     }
 }

@@ -1,3 +1,4 @@
+import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
@@ -14,7 +15,7 @@ extension SyncEngine {
         if item.content != .dirty && item.revision != nil { return .done }
         // A write after this (a writer that opens and truncates) changes the generation, and
         // the snapshot is then not sent.
-        guard let generation = uploadableGeneration(item.ino) else { return .heldForWriter }
+        guard let generation = openFiles.uploadableGeneration(item.ino) else { return .heldForWriter }
         // Upload a snapshot, never the live cache file: a writer (truncate, another open) may
         // change it at any moment, and what goes up must be one whole version. A small file's
         // snapshot is a copy in memory, sent inline with its create or update (one request);
@@ -30,7 +31,7 @@ extension SyncEngine {
             let path = try cache.snapshot(item.ino)
             defer { unlink(path) }
             (digest, size) = try Self.hashFile(path)
-            state.withLock { $0.uploadProgress[item.ino] = (0, size) }
+            openFiles.uploadProgress(item.ino, sent: 0, of: size)
             // Asking first saves sending content the server has; below 1 MiB sending it costs
             // about what the question does, so smaller files skip the round trip.
             let needed = size < Self.dedupThreshold ? true : try await !remote.hasBlob(digest)
@@ -42,8 +43,8 @@ extension SyncEngine {
                 }
             }
         }
-        state.withLock { $0.uploadProgress[item.ino] = (size, size) }
-        guard writeGeneration(item.ino) == generation else { return .again }
+        openFiles.uploadProgress(item.ino, sent: size, of: size)
+        guard openFiles.writeGeneration(item.ino) == generation else { return .again }
         var result: ItemMetadata
         do {
             try store.write { w in
@@ -129,12 +130,7 @@ extension SyncEngine {
         row.serverDigest = digest
         row.uploadError = nil
         try settleXattrChanges(row, heldByServer: result, w)
-        let clean = state.withLock { s in
-            guard s.generation(of: item.ino) == generation && row.content == .dirty else { return false }
-            if s.openForWriting[item.ino] != nil { s.cleanedWhileOpen.insert(item.ino) }
-            s.forgetGenerations(of: item.ino)
-            return true
-        }
+        let clean = openFiles.uploaded(item.ino, generation: generation, stillDirty: row.content == .dirty)
         if clean { row.content = .current }
         row.cachedBytes = max(row.cachedBytes, size)
         try w.update(row)
@@ -153,7 +149,7 @@ extension SyncEngine {
     /// SHA-256 and size of a cache file, read in 1 MiB blocks.
     static func hashFile(_ path: String) throws -> (ContentDigest, Int64) {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw EngineError.io("cannot read \(path)", errno) }
+        guard fd >= 0 else { throw ContentError.io("cannot read \(path)", errno) }
         defer { close(fd) }
         return try ContentCache.sha256(of: fd)
     }

@@ -39,7 +39,7 @@ extension SyncEngine {
     func sendGuardingLoops(_ entry: OutboxEntry) async -> Outcome {
         // Before it is marked started, so that the writer's close joins this entry instead of
         // queueing another (uploadSnapshot checks again, race-free).
-        if entry.op == .content && uploadableGeneration(entry.ino) == nil { return .heldForWriter }
+        if entry.op == .content && openFiles.uploadableGeneration(entry.ino) == nil { return .heldForWriter }
         guard Self.nesting < Self.maxNesting else {
             logger.error("\(Self.loopOfWaits)", metadata: ["item.ino": "\(entry.ino)", "op": "\(entry.op)"])
             observer.event(MountEvent(kind: "uploadError", path: try? store.read { try $0.path(of: entry.ino) }, detail: Self.loopOfWaits))
@@ -52,8 +52,8 @@ extension SyncEngine {
     /// entry is dequeued once done, and an error becomes a try later (offline when the server
     /// cannot be reached).
     private func sendMarkingStarted(_ entry: OutboxEntry) async -> Outcome {
-        state.withLock { _ = $0.uploading.insert(entry.ino) }
-        defer { state.withLock { s in s.uploading.remove(entry.ino); s.uploadProgress[entry.ino] = nil } }
+        openFiles.startedUploading([entry.ino])
+        defer { openFiles.finishedUploading([entry.ino]) }
         do {
             try store.write { w in try w.markStarted(entry.seq) }
             let outcome = try await sendByOperation(entry)

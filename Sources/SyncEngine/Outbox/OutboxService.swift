@@ -116,7 +116,7 @@ extension SyncEngine {
                         let now = Self.now()
                         batch = try store.read { r in try r.outbox(limit: 100 + skipped.count + held.count + inFlight.count) }
                             .filter { $0.notBefore <= now && !skipped.contains($0.seq) && inFlight[$0.seq] == nil }
-                            .filter { !held.contains($0.seq) || uploadableGeneration($0.ino) != nil }
+                            .filter { !held.contains($0.seq) || openFiles.uploadableGeneration($0.ino) != nil }
                     } catch {
                         logger.error("cannot read the outbox", metadata: ["error": "\(error)"])
                         break

@@ -23,7 +23,7 @@ extension SyncEngine {
             try store.write { w in
                 let grown = try w.reader.dirtyWithUploads().filter { item in cache.size(item.ino).map { $0 != item.size } ?? false }
                 // A file open now was opened by this run (the mount may serve before this runs).
-                for var item in try w.reader.dirtyWithoutOps().filter({ $0.uploadError == nil }) + grown where !isOpen(item.ino) {
+                for var item in try w.reader.dirtyWithoutOps().filter({ $0.uploadError == nil }) + grown where !openFiles.isOpen(item.ino) {
                     if let size = cache.size(item.ino) {
                         item.size = size
                         item.cachedBytes = size

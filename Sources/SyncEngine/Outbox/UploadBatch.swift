@@ -87,7 +87,7 @@ extension SyncEngine {
             // its entry. (Checked again, race-free, below.)
             var heldNow: Set<Int> = []
             for (index, e) in current.enumerated() {
-                guard let entry = e.0, uploadableGeneration(entry.ino) == nil else { continue }
+                guard let entry = e.0, openFiles.uploadableGeneration(entry.ino) == nil else { continue }
                 heldNow.insert(index)
                 results.append((entry.seq, entry.ino, .heldForWriter))
             }
@@ -108,7 +108,7 @@ extension SyncEngine {
                     alone.append(entry)
                     continue
                 }
-                guard let generation = uploadableGeneration(item.ino) else {
+                guard let generation = openFiles.uploadableGeneration(item.ino) else {
                     results.append((entry.seq, entry.ino, .heldForWriter))
                     continue
                 }
@@ -130,16 +130,16 @@ extension SyncEngine {
             return await sendOneByOne(entries.filter { e in !results.contains { $0.seq == e.seq } }, into: results)
         }
         // Changed while being read: the single path snapshots it again.
-        let (unchanged, changed) = prepared.partitioned { p in writeGeneration(p.item.ino) == p.generation }
+        let (unchanged, changed) = prepared.partitioned { p in openFiles.writeGeneration(p.item.ino) == p.generation }
         alone += changed.map(\.entry)
         prepared = unchanged
         if prepared.isEmpty { return await sendOneByOne(alone, into: results) }
 
         let inos = prepared.map(\.item.ino)
-        state.withLock { s in for ino in inos { s.uploading.insert(ino) } }
+        openFiles.startedUploading(inos)
         let answers: [Result<ItemMetadata, RemoteError>]
         do {
-            defer { state.withLock { s in for ino in inos { s.uploading.remove(ino) } } }
+            defer { openFiles.finishedUploading(inos) }
             let sent = prepared
             try store.write { w in
                 for p in sent {

@@ -20,7 +20,7 @@ public struct ContentCache: Sendable {
         let fd: Int32
         init(_ path: String) throws {
             fd = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            guard fd >= 0 else { throw EngineError.io("cannot open the cache folder \(path)", errno) }
+            guard fd >= 0 else { throw ContentError.io("cannot open the cache folder \(path)", errno) }
         }
         deinit { close(fd) }
     }
@@ -28,7 +28,7 @@ public struct ContentCache: Sendable {
     public init(directory: String) throws {
         self.directory = directory
         if mkdir(directory, 0o700) != 0 && errno != EEXIST {
-            throw EngineError.io("cannot create the cache folder \(directory)", errno)
+            throw ContentError.io("cannot create the cache folder \(directory)", errno)
         }
         folder = try Folder(directory)
     }
@@ -38,7 +38,7 @@ public struct ContentCache: Sendable {
     /// Opens (creating when missing) the cache file for reading and writing.
     public func open(_ ino: Int64, truncate: Bool = false) throws -> Int32 {
         let fd = openat(folder.fd, String(ino), O_RDWR | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0o600)
-        guard fd >= 0 else { throw EngineError.io("cannot open the cache file of \(ino)", errno) }
+        guard fd >= 0 else { throw ContentError.io("cannot open the cache file of \(ino)", errno) }
         return fd
     }
 
@@ -49,7 +49,7 @@ public struct ContentCache: Sendable {
         guard ftruncate(fd, off_t(size)) == 0 else {
             let code = errno
             close(fd)
-            throw EngineError.io("cannot size the cache file", code)
+            throw ContentError.io("cannot size the cache file", code)
         }
         return fd
     }
@@ -59,10 +59,10 @@ public struct ContentCache: Sendable {
     public func snapshot(_ ino: Int64) throws -> String {
         let target = "\(directory)/.snapshot-\(ino)-\(UInt32.random(in: 0...UInt32.max))"
         let src = openat(folder.fd, String(ino), O_RDONLY | O_CLOEXEC)
-        guard src >= 0 else { throw EngineError.io("cannot read the cache file of \(ino)", errno) }
+        guard src >= 0 else { throw ContentError.io("cannot read the cache file of \(ino)", errno) }
         defer { close(src) }
         let dst = Glibc.open(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard dst >= 0 else { throw EngineError.io("cannot create a snapshot", errno) }
+        guard dst >= 0 else { throw ContentError.io("cannot create a snapshot", errno) }
         defer { close(dst) }
         while true {
             let n = c_copy_file_range(src, nil, dst, nil, 1 << 30, 0)
@@ -70,7 +70,7 @@ public struct ContentCache: Sendable {
             if n < 0 {
                 let code = errno
                 unlink(target)
-                throw EngineError.io("cannot snapshot the cache file of \(ino)", code)
+                throw ContentError.io("cannot snapshot the cache file of \(ino)", code)
             }
         }
         return target
@@ -140,7 +140,7 @@ public struct ContentCache: Sendable {
             let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, Int(min(Int64($0.count), limit - total)), off_t(total)) }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw EngineError.io("cannot read content to hash it", errno)
+                throw ContentError.io("cannot read content to hash it", errno)
             }
             if n == 0 { break }
             buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<n])) }
@@ -154,10 +154,10 @@ public struct ContentCache: Sendable {
     /// Such a copy in memory is a snapshot as good as `snapshot`'s file, without the file.
     public func readWhole(_ ino: Int64, limit: Int) throws -> [UInt8]? {
         let fd = openat(folder.fd, String(ino), O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw EngineError.io("cannot read the cache file of \(ino)", errno) }
+        guard fd >= 0 else { throw ContentError.io("cannot read the cache file of \(ino)", errno) }
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0 else { throw EngineError.io("cannot read the cache file of \(ino)", errno) }
+        guard fstat(fd, &st) == 0 else { throw ContentError.io("cannot read the cache file of \(ino)", errno) }
         guard st.st_size <= limit else { return nil }
         // One byte more than fstat said: a file that grew since is noticed, not cut short.
         var bytes = [UInt8](repeating: 0, count: Int(st.st_size) + 1)
@@ -165,7 +165,7 @@ public struct ContentCache: Sendable {
         while got < bytes.count {
             let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, $0.count - got, off_t(got)) }
             if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { throw EngineError.io("cannot read the cache file of \(ino)", errno) }
+            guard n >= 0 else { throw ContentError.io("cannot read the cache file of \(ino)", errno) }
             if n == 0 { break }
             got += n
         }
@@ -179,8 +179,8 @@ public struct ContentCache: Sendable {
     }
 }
 
-/// Errors of the engine's own I/O.
-public enum EngineError: Error, Sendable, CustomStringConvertible {
+/// Why content could not be had: the cache files' I/O, and downloads.
+public enum ContentError: Error, Sendable, CustomStringConvertible {
     case io(String, Int32)
     case notFound
     case offline(String)
