@@ -274,7 +274,7 @@ extension OpenFiles {
         /// The last writer closed and a server change waits for it.
         public var applyHeldChange = false
         /// The descriptor wrote (its version is queued), or the last writer closed (an upload
-        /// held for it goes now).
+        /// waiting for it goes now).
         public var wakeOutbox = false
         /// The file was deleted while open and this was its last descriptor.
         public var removeCacheFile = false

@@ -48,12 +48,12 @@ extension FileSystem {
     /// Every close(2) of a descriptor that wrote records the writes and queues their upload
     /// before it returns: the release after the last close comes later, on its own, and a
     /// daemon killed in between would otherwise find a file its writer had closed without a
-    /// queued upload, and hold it back as half-written.
+    /// queued upload, and keep it back as half-written.
     ///
     /// It is not a save, though: the upload still waits for the release (or an fsync). A
     /// close is also the shell's `cmd > f`, which opens f, truncates it, dup2s the descriptor
     /// to 1 and closes the original before `cmd` writes a byte. After a crash, a file that
-    /// grew past the size its last close recorded is held back as half-written (see
+    /// grew past the size its last close recorded is kept back as half-written (see
     /// `SyncEngine.recoverUnclosedWrites`).
     public func flush(_ handle: UInt64) throws(FSError) {
         guard let h = openFiles.handle(handle) else { throw .badHandle }
@@ -221,7 +221,7 @@ extension FileSystem {
             try w.update(item)
             // The version an earlier close queued is gone from the cache file: its upload would
             // send this cut file. The truncating writer's close (or the caller, for a truncate
-            // by path) queues the next; a crash before that holds the file back.
+            // by path) queues the next; a crash before that keeps the file back.
             try w.dropUploads(of: ino)
         })
     }

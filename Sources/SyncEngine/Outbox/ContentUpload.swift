@@ -15,7 +15,7 @@ extension SyncEngine {
         if item.content != .dirty && item.revision != nil { return .done }
         // A write after this (a writer that opens and truncates) changes the generation, and
         // the snapshot is then not sent.
-        guard let generation = openFiles.uploadableGeneration(item.ino) else { return .heldForWriter }
+        guard let generation = openFiles.uploadableGeneration(item.ino) else { return .waitsForWriter }
         // Upload a snapshot, never the live cache file: a writer (truncate, another open) may
         // change it at any moment, and what goes up must be one whole version. A small file's
         // snapshot is a copy in memory, sent inline with its create or update (one request);

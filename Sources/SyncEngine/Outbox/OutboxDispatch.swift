@@ -33,13 +33,13 @@ extension SyncEngine {
     static let maxNesting = 512
     public static let loopOfWaits = "requests wait on one another in a loop"
 
-    /// `sendMarkingStarted`, one level deeper in `nesting`, unless the entry is an upload held
-    /// for a writer, or the chain of waits up this call is `maxNesting` deep (a loop of waits:
+    /// `sendMarkingStarted`, one level deeper in `nesting`, unless the entry is an upload that
+    /// waits for a writer, or the chain of waits up this call is `maxNesting` deep (a loop of waits:
     /// reported, and the entry is tried again later).
     func sendGuardingLoops(_ entry: OutboxEntry) async -> Outcome {
         // Before it is marked started, so that the writer's close joins this entry instead of
         // queueing another (uploadSnapshot checks again, race-free).
-        if entry.op == .content && openFiles.uploadableGeneration(entry.ino) == nil { return .heldForWriter }
+        if entry.op == .content && openFiles.uploadableGeneration(entry.ino) == nil { return .waitsForWriter }
         guard Self.nesting < Self.maxNesting else {
             logger.error("\(Self.loopOfWaits)", metadata: ["item.ino": "\(entry.ino)", "op": "\(entry.op)"])
             observer.event(MountEvent(kind: "uploadError", path: try? store.read { try $0.path(of: entry.ino) }, detail: Self.loopOfWaits))

@@ -17,7 +17,7 @@ extension SyncEngine {
         /// A writer has the file open and it was written since the last release or fsync of a
         /// writer: the content goes up once one saves it (which wakes the outbox), never a
         /// snapshot of what a writer may be halfway through (see `uploadableGeneration`).
-        case heldForWriter
+        case waitsForWriter
     }
 
     /// How the sending of one outbox entry ended; nil when it was gone before it was sent.
@@ -36,10 +36,10 @@ extension SyncEngine {
     func drainOutbox() async {
         guard await containerIsOurs() else { return }
         var skipped: Set<Int64> = []
-        // Held for a writer: looked at again whenever the outbox is read, since a release or
+        // Waiting for a writer: looked at again whenever the outbox is read, since a release or
         // fsync may have saved the file meanwhile (skipping them for the whole pass made a file
         // closed during a long upload wait for that upload).
-        var held: Set<Int64> = []
+        var waitingForWriters: Set<Int64> = []
         var batch: [OutboxEntry] = []
         var offline = false
         // Entries handed to a task: still in the database until their task removes them.
@@ -57,7 +57,7 @@ extension SyncEngine {
                 switch outcome {
                 case .done: applyHeldChange(of: ino)
                 case .again: skipped.insert(seq)
-                case .heldForWriter: held.insert(seq)
+                case .waitsForWriter: waitingForWriters.insert(seq)
                 case .later(let why, let delay, let isOffline):
                     deferEntry(seq, ino: ino, why: why, delay: delay, offline: isOffline)
                     skipped.insert(seq)
@@ -114,9 +114,9 @@ extension SyncEngine {
                     // not once per entry.
                     do {
                         let now = Self.now()
-                        batch = try store.read { r in try r.outbox(limit: 100 + skipped.count + held.count + inFlight.count) }
+                        batch = try store.read { r in try r.outbox(limit: 100 + skipped.count + waitingForWriters.count + inFlight.count) }
                             .filter { $0.notBefore <= now && !skipped.contains($0.seq) && inFlight[$0.seq] == nil }
-                            .filter { !held.contains($0.seq) || openFiles.uploadableGeneration($0.ino) != nil }
+                            .filter { !waitingForWriters.contains($0.seq) || openFiles.uploadableGeneration($0.ino) != nil }
                     } catch {
                         logger.error("cannot read the outbox", metadata: ["error": "\(error)"])
                         break

@@ -83,23 +83,23 @@ extension SyncEngine {
                     return (entry, item, parentID)
                 }
             }
-            // Held for a writer (see `sendGuardingLoops`): not marked started, so that the writer's close joins
+            // Waiting for a writer (see `sendGuardingLoops`): not marked started, so that the writer's close joins
             // its entry. (Checked again, race-free, below.)
-            var heldNow: Set<Int> = []
+            var waitingNow: Set<Int> = []
             for (index, e) in current.enumerated() {
                 guard let entry = e.0, openFiles.uploadableGeneration(entry.ino) == nil else { continue }
-                heldNow.insert(index)
-                results.append((entry.seq, entry.ino, .heldForWriter))
+                waitingNow.insert(index)
+                results.append((entry.seq, entry.ino, .waitsForWriter))
             }
             // Marked before the files are read, as a single upload does: a close from now on
             // queues a new entry instead of joining one whose snapshot is already taken.
             try store.write { w in
-                for (index, (entry, _, _)) in current.enumerated() where !heldNow.contains(index) {
+                for (index, (entry, _, _)) in current.enumerated() where !waitingNow.contains(index) {
                     if let entry { try w.markStarted(entry.seq) }
                 }
             }
             var contentBytes = 0
-            for (index, (entry, item, parentID)) in current.enumerated() where !heldNow.contains(index) {
+            for (index, (entry, item, parentID)) in current.enumerated() where !waitingNow.contains(index) {
                 guard let entry else {
                     results.append((entries[index].seq, entries[index].ino, nil))
                     continue
@@ -109,7 +109,7 @@ extension SyncEngine {
                     continue
                 }
                 guard let generation = openFiles.uploadableGeneration(item.ino) else {
-                    results.append((entry.seq, entry.ino, .heldForWriter))
+                    results.append((entry.seq, entry.ino, .waitsForWriter))
                     continue
                 }
                 // A snapshot in memory, never the live file (see uploadSnapshot).
