@@ -36,11 +36,13 @@ public struct ItemMetadata: Hashable, Sendable, Codable {
     public var xattrs: [String: Data]
     /// A tombstone: the item was deleted at `revision`. Only the change log shows tombstones.
     public var deleted: Bool
+    /// Edits kept beside the current content until resolved, oldest first (files only).
+    public var conflicts: [ConflictVersion]
 
     public init(
         id: ItemID, parentID: ItemID?, name: String, kind: ItemKind, revision: Revision,
         size: Int64, digest: ContentDigest?, mode: UInt32, created: Timestamp, modified: Timestamp,
-        xattrs: [String: Data] = [:], deleted: Bool = false
+        xattrs: [String: Data] = [:], deleted: Bool = false, conflicts: [ConflictVersion] = []
     ) {
         self.id = id
         self.parentID = parentID
@@ -54,6 +56,47 @@ public struct ItemMetadata: Hashable, Sendable, Codable {
         self.modified = modified
         self.xattrs = xattrs
         self.deleted = deleted
+        self.conflicts = conflicts
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, parentID, name, kind, revision, size, digest, mode, created, modified, xattrs, deleted, conflicts
+    }
+
+    /// `conflicts` is left out when there are none, which is nearly always: listings stay as
+    /// small as they were.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(ItemID.self, forKey: .id)
+        parentID = try c.decodeIfPresent(ItemID.self, forKey: .parentID)
+        name = try c.decode(String.self, forKey: .name)
+        kind = try c.decode(ItemKind.self, forKey: .kind)
+        revision = try c.decode(Revision.self, forKey: .revision)
+        size = try c.decode(Int64.self, forKey: .size)
+        digest = try c.decodeIfPresent(ContentDigest.self, forKey: .digest)
+        mode = try c.decode(UInt32.self, forKey: .mode)
+        created = try c.decode(Timestamp.self, forKey: .created)
+        modified = try c.decode(Timestamp.self, forKey: .modified)
+        xattrs = try c.decode([String: Data].self, forKey: .xattrs)
+        deleted = try c.decode(Bool.self, forKey: .deleted)
+        conflicts = try c.decodeIfPresent([ConflictVersion].self, forKey: .conflicts) ?? []
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(id, forKey: .id)
+        try c.encodeIfPresent(parentID, forKey: .parentID)
+        try c.encode(name, forKey: .name)
+        try c.encode(kind, forKey: .kind)
+        try c.encode(revision, forKey: .revision)
+        try c.encode(size, forKey: .size)
+        try c.encodeIfPresent(digest, forKey: .digest)
+        try c.encode(mode, forKey: .mode)
+        try c.encode(created, forKey: .created)
+        try c.encode(modified, forKey: .modified)
+        try c.encode(xattrs, forKey: .xattrs)
+        try c.encode(deleted, forKey: .deleted)
+        if !conflicts.isEmpty { try c.encode(conflicts, forKey: .conflicts) }
     }
 
     /// Default permission bits for new items when the creator does not say.

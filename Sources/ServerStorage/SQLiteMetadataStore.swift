@@ -141,6 +141,10 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             // fsyncs). Content-addressed like the content store; read when it has no file.
             try db.execute(sql: "CREATE TABLE inline_contents (digest TEXT PRIMARY KEY NOT NULL, bytes BLOB NOT NULL) WITHOUT ROWID")
         }
+        m.registerMigration("v3: conflict versions") { db in
+            // JSON of the file's unresolved conflict versions; NULL when there are none.
+            try db.execute(sql: "ALTER TABLE items ADD COLUMN conflicts BLOB")
+        }
         return m
     }
 
@@ -392,6 +396,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             var tombstones: [ItemMetadata] = []
             for var victim in doomed {
                 victim.deleted = true
+                victim.conflicts = []  // a deleted file's versions go with it
                 try Self.commit(&victim, kind: .delete, in: container, db: db)
                 tombstones.append(victim)
             }
@@ -405,6 +410,39 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             var item = try Self.requireLive(id, container, db)
             if let base, item.revision != base { throw StorageError.revisionConflict(current: item) }
             item.xattrs = xattrs
+            try Self.commit(&item, kind: .upsert, in: container, db: db)
+            return item
+        }
+    }
+
+    public func addConflictVersion(_ id: ItemID, _ version: ConflictVersion, in container: ContainerRef) async throws -> ItemMetadata {
+        guard (1...ConflictVersion.maxDeviceBytes).contains(version.device.utf8.count) else { throw StorageError.invalidDevice(version.device) }
+        return try await write { db in
+            var item = try Self.requireLive(id, container, db)
+            guard item.kind == .file else { throw StorageError.notAFile(id) }
+            if item.conflicts.contains(where: { $0.id == version.id }) { return item }
+            var kept = version
+            kept.size = try Self.blobSize(version.digest, account: container.account, declared: version.size, db: db)
+            item.conflicts.append(kept)
+            try Self.commit(&item, kind: .upsert, in: container, db: db)
+            return item
+        }
+    }
+
+    public func resolveConflicts(_ id: ItemID, base: Revision, settled: Set<ItemID>, keep: ItemID?, in container: ContainerRef) async throws -> ItemMetadata {
+        try await write { db in
+            var item = try Self.requireLive(id, container, db)
+            guard item.kind == .file else { throw StorageError.notAFile(id) }
+            guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
+            for version in settled.union(keep.map { [$0] } ?? []) where !item.conflicts.contains(where: { $0.id == version }) {
+                throw StorageError.versionNotFound(version)
+            }
+            if let keep, let chosen = item.conflicts.first(where: { $0.id == keep }) {
+                item.digest = chosen.digest
+                item.size = chosen.size
+                item.modified = chosen.modified
+            }
+            item.conflicts.removeAll { settled.contains($0.id) || $0.id == keep }
             try Self.commit(&item, kind: .upsert, in: container, db: db)
             return item
         }
@@ -485,19 +523,20 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         encoder.outputFormatting = .sortedKeys
         try db.cachedStatement(sql: "UPDATE changes SET item_json = ? WHERE seq = ?").execute(arguments: [try encoder.encode(item), seq])
         let xattrs = try encoder.encode(item.xattrs)
+        let conflicts = item.conflicts.isEmpty ? nil : try encoder.encode(item.conflicts)
         let args: StatementArguments = [
             item.parentID?.rawValue, item.name, item.kind.rawValue, seq, item.size, item.digest?.hex,
-            Int64(item.mode), item.created, item.modified, xattrs, item.deleted ? 1 : 0, container.key, item.id.rawValue,
+            Int64(item.mode), item.created, item.modified, xattrs, conflicts, item.deleted ? 1 : 0, container.key, item.id.rawValue,
         ]
         if isNew {
             try db.cachedStatement(sql: """
-                INSERT INTO items (parent_id, name, kind, revision, size, digest, mode, created, modified, xattrs, deleted, container_key, id)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO items (parent_id, name, kind, revision, size, digest, mode, created, modified, xattrs, conflicts, deleted, container_key, id)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(arguments: args)
         } else {
             try db.cachedStatement(sql: """
                 UPDATE items SET parent_id = ?, name = ?, kind = ?, revision = ?, size = ?, digest = ?, mode = ?,
-                created = ?, modified = ?, xattrs = ?, deleted = ? WHERE container_key = ? AND id = ?
+                created = ?, modified = ?, xattrs = ?, conflicts = ?, deleted = ? WHERE container_key = ? AND id = ?
                 """).execute(arguments: args)
         }
     }
@@ -538,6 +577,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
 
     static func item(from row: Row) throws -> ItemMetadata {
         let xattrs = try JSONDecoder().decode([String: Data].self, from: row["xattrs"] as Data)
+        let conflicts = try (row["conflicts"] as Data?).map { try JSONDecoder().decode([ConflictVersion].self, from: $0) } ?? []
         let digest: String? = row["digest"]
         let parent: String? = row["parent_id"]
         let revision: Int64 = row["revision"]
@@ -546,7 +586,8 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             id: ItemID(row["id"] as String), parentID: parent.map(ItemID.init(_:)), name: row["name"],
             kind: ItemKind(rawValue: row["kind"])!, revision: Revision(String(revision)), size: row["size"],
             digest: try digest.map { try ContentDigest(hex: $0) }, mode: UInt32(truncatingIfNeeded: mode),
-            created: row["created"], modified: row["modified"], xattrs: xattrs, deleted: (row["deleted"] as Int64) != 0)
+            created: row["created"], modified: row["modified"], xattrs: xattrs, deleted: (row["deleted"] as Int64) != 0,
+            conflicts: conflicts)
     }
 }
 

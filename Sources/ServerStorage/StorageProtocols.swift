@@ -52,6 +52,10 @@ public enum StorageError: Error, Sendable, Equatable {
     case sizeMismatch(declared: Int64, actual: Int64)
     case digestMismatch(declared: ContentDigest, actual: ContentDigest)
     case itemIDTaken(ItemID)
+    /// The item has no conflict version with that identifier.
+    case versionNotFound(ItemID)
+    /// A conflict version's device name is empty or longer than `ConflictVersion.maxDeviceBytes`.
+    case invalidDevice(String)
     case invalidCursor(String)
     /// The database's disk is full: nothing was changed.
     case diskFull
@@ -139,6 +143,14 @@ public protocol MetadataStore: Sendable {
     /// Deletes an item (a folder with `recursive`, its whole subtree); returns the tombstones.
     func deleteItem(_ id: ItemID, base: Revision?, recursive: Bool, in container: ContainerRef) async throws -> [ItemMetadata]
     func setXattrs(_ id: ItemID, base: Revision?, xattrs: [String: Data], in container: ContainerRef) async throws -> ItemMetadata
+    /// Keeps `version` beside the file's current content as a conflict version, and gives the
+    /// file a new revision, so that every device hears of it; the content stays. The version's
+    /// content must be the account's. A version already kept (a retried send) changes nothing.
+    func addConflictVersion(_ id: ItemID, _ version: ConflictVersion, in container: ContainerRef) async throws -> ItemMetadata
+    /// Resolves the file's conflicts as seen at `base`: drops the versions in `settled`, after
+    /// making the content of `keep` (one of them) current. A version kept since `base` is
+    /// not in `settled` and stays, so two resolutions at once lose nothing nobody chose.
+    func resolveConflicts(_ id: ItemID, base: Revision, settled: Set<ItemID>, keep: ItemID?, in container: ContainerRef) async throws -> ItemMetadata
 
     /// Records that `account` uploaded (and so may use) the blob. Existence of content is
     /// answered per account: one account cannot probe what another has stored.

@@ -13,6 +13,7 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
     case invalidDigest = "invalid_digest"
     case invalidCursor = "invalid_cursor"
     case invalidXattr = "invalid_xattr"
+    case invalidDevice = "invalid_device"
     case invalidMove = "invalid_move"
     case notAFolder = "not_a_folder"
     case notAFile = "not_a_file"
@@ -20,6 +21,7 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
     case routeNotFound = "route_not_found"
     case containerNotFound = "container_not_found"
     case itemNotFound = "item_not_found"
+    case versionNotFound = "version_not_found"
     case blobNotFound = "blob_not_found"
     case methodNotAllowed = "method_not_allowed"
     case revisionConflict = "revision_conflict"
@@ -38,10 +40,10 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
         switch self {
         case .unauthorized, .invalidCredentials: 401
         case .invalidRequest, .invalidName, .invalidContainerID, .invalidItemID, .invalidDigest,
-             .invalidCursor, .invalidXattr, .invalidMove, .notAFolder, .notAFile, .rootIsImmutable,
+             .invalidCursor, .invalidXattr, .invalidDevice, .invalidMove, .notAFolder, .notAFile, .rootIsImmutable,
              .sizeMismatch:
             400
-        case .routeNotFound, .containerNotFound, .itemNotFound, .blobNotFound: 404
+        case .routeNotFound, .containerNotFound, .itemNotFound, .versionNotFound, .blobNotFound: 404
         case .methodNotAllowed: 405
         case .revisionConflict, .nameExists, .folderNotEmpty, .itemIDTaken: 409
         case .payloadTooLarge: 413

@@ -348,5 +348,48 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             try expect(try await f.m.blobSize(.empty, for: bob) == 0, "everyone has the empty blob")
             try expect(try f.storage.blobs.openReader(.empty).size == 0, "the empty blob reads")
         },
+        StorageConformance("conflict versions: kept with a new revision, resolved by choice") { f in
+            let file = try await f.file("notes.txt", "current")
+            let theirs = try await f.blob("their edit")
+            let version = ConflictVersion(id: .random(), digest: theirs, size: 10, device: "laptop", modified: 7, base: file.revision)
+            let kept = try await f.m.addConflictVersion(file.id, version, in: f.container)
+            try expect(kept.conflicts == [version] && kept.revision.isNewer(than: file.revision), "kept, with a new revision")
+            try expect(kept.digest == file.digest && kept.size == file.size, "the current content stays")
+            try expect(try await f.m.item(file.id, in: f.container) == kept, "read back as kept")
+            try expect(try await f.allChanges().last?.item == kept, "in the change log")
+            try expect(try await f.m.addConflictVersion(file.id, version, in: f.container) == kept, "a retried send adds nothing")
+            try await expectStorageError("content not the account's", { if case .blobNotFound = $0 { true } else { false } }) {
+                try await f.m.addConflictVersion(file.id, ConflictVersion(id: .random(), digest: sha256(Data("never".utf8)), size: 5, device: "d", modified: 1, base: file.revision), in: f.container)
+            }
+            try await expectStorageError("size not the content's", { if case .sizeMismatch = $0 { true } else { false } }) {
+                try await f.m.addConflictVersion(file.id, ConflictVersion(id: .random(), digest: theirs, size: 3, device: "d", modified: 1, base: file.revision), in: f.container)
+            }
+            try await expectStorageError("no device", { if case .invalidDevice = $0 { true } else { false } }) {
+                try await f.m.addConflictVersion(file.id, ConflictVersion(id: .random(), digest: theirs, size: 10, device: "", modified: 1, base: file.revision), in: f.container)
+            }
+            let folder = try await f.folder("Folder")
+            try await expectStorageError("a folder has no versions", { if case .notAFile = $0 { true } else { false } }) {
+                try await f.m.addConflictVersion(folder.id, version, in: f.container)
+            }
+
+            // Resolution from what the resolver saw: a version kept since then stays.
+            let later = ConflictVersion(id: .random(), digest: try await f.blob("later edit"), size: 10, device: "phone", modified: 8, base: file.revision)
+            let both = try await f.m.addConflictVersion(file.id, later, in: f.container)
+            try await expectStorageError("a stale base", { if case .revisionConflict = $0 { true } else { false } }) {
+                try await f.m.resolveConflicts(file.id, base: kept.revision, settled: [version.id], keep: nil, in: f.container)
+            }
+            try await expectStorageError("an unknown version", { if case .versionNotFound = $0 { true } else { false } }) {
+                try await f.m.resolveConflicts(file.id, base: both.revision, settled: [], keep: .random(), in: f.container)
+            }
+            let chosen = try await f.m.resolveConflicts(file.id, base: both.revision, settled: [version.id], keep: version.id, in: f.container)
+            try expect(chosen.digest == theirs && chosen.size == 10 && chosen.modified == 7, "the chosen version is current")
+            try expect(chosen.conflicts == [later], "the version nobody saw stays")
+            let settled = try await f.m.resolveConflicts(file.id, base: chosen.revision, settled: [later.id], keep: nil, in: f.container)
+            try expect(settled.conflicts.isEmpty && settled.digest == theirs, "kept current: the others go")
+
+            _ = try await f.m.addConflictVersion(file.id, ConflictVersion(id: .random(), digest: theirs, size: 10, device: "d", modified: 1, base: settled.revision), in: f.container)
+            let tombstone = try await f.m.deleteItem(file.id, base: nil, recursive: false, in: f.container)
+            try expect(tombstone.map(\.conflicts) == [[]], "a deleted file's versions go with it")
+        },
     ]
 }
