@@ -55,7 +55,7 @@ let package = Package(
         .target(
             name: "SyncServer",
             dependencies: [
-                "ServerStorage", "SyncAPI", "ItemModel",
+                "SyncService", "ServerStorage", "SyncAPI", "ItemModel",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -63,6 +63,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        .target(name: "SyncService", dependencies: ["ServerStorage", "SyncAPI", "ItemModel"]),
         .target(
             name: "ServerStorage",
             dependencies: [
