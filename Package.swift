@@ -118,7 +118,11 @@ let package = Package(
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"]),
         .testTarget(
             name: "VFSTests",
-            dependencies: ["VFS", "SyncEngine", "LocalState", "TestSupport", "SyncAPI", "ItemModel", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "VFS", "SyncEngine", "SyncClient", "LocalState", "TestSupport", "SyncAPI", "ItemModel",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "MountTests",
