@@ -55,7 +55,7 @@ let package = Package(
         .target(
             name: "SyncServer",
             dependencies: [
-                "ServerStorage", "SyncAPI", "ItemModel",
+                "SyncService", "ServerStorage", "SyncAPI", "ItemModel",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -63,6 +63,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        .target(name: "SyncService", dependencies: ["ServerStorage", "SyncAPI", "ItemModel"]),
         .target(
             name: "ServerStorage",
             dependencies: [
@@ -112,7 +113,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "ServerStorage", "SyncAPI", "ItemModel", "SyncEngine",
+                "SyncService", "ServerStorage", "SyncAPI", "ItemModel", "SyncEngine",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -121,7 +122,11 @@ let package = Package(
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"]),
         .testTarget(
             name: "VFSTests",
-            dependencies: ["VFS", "SyncEngine", "OpenFiles", "CacheFiles", "LocalState", "TestSupport", "SyncAPI", "ItemModel", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "VFS", "SyncEngine", "OpenFiles", "CacheFiles", "SyncClient", "LocalState", "TestSupport", "SyncAPI", "ItemModel",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "MountTests",

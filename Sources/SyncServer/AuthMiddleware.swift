@@ -1,6 +1,7 @@
 import Hummingbird
 import ServerStorage
 import SyncAPI
+import SyncService
 
 /// Every `/v1/` route needs `Authorization: Bearer TOKEN`, except the one that trades a password
 /// for a token. Applied to the whole router, so an unknown `/v1/` path without a token is 401 too:

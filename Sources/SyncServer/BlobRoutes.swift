@@ -5,6 +5,7 @@ import ItemModel
 import NIOCore
 import ServerStorage
 import SyncAPI
+import SyncService
 
 extension SyncServer {
     /// `/v1/blobs/{digest}`: content by digest, its size, download and upload.
@@ -23,100 +24,37 @@ extension SyncServer {
             guard try await grantedSize(digest, for: account) != nil else {
                 throw APIError(.blobNotFound, "no content with digest \(digest)")
             }
-            return try await serveBlob(digest, request: request)
+            return serve(try await service.openContent(digest), digest: digest, request: request)
         }
         router.put("/v1/blobs/:digest") { request, context in try await uploadBlob(request, context) }
     }
 
-    /// The size of `digest`'s content when `account` may use it.
+    /// The size of `digest`'s content when `account` may use it, remembered a moment.
     func grantedSize(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64? {
         try await grants.value(for: GrantKey(account: account.key, digest: digest)) {
-            try await storage.metadata.blobSize(digest, for: account)
+            try await service.grantedSize(digest, for: account)
         }
     }
 
     func uploadBlob(_ request: Request, _ context: ServerContext) async throws -> Response {
         let account = try context.requireAccount()
         let declared = try blobDigest(context)
-        if let length = request.headers[.contentLength].flatMap({ Int64($0) }), length > configuration.maxUploadBytes {
-            throw APIError(.payloadTooLarge, "the body is \(length) bytes; this server accepts at most \(configuration.maxUploadBytes)")
-        }
-        let writer = try storage.blobs.makeWriter()
-        defer { writer.abort() }
+        let upload = try service.beginUpload(declared, length: request.headers[.contentLength].flatMap { Int64($0) }, for: account)
         do {
             for try await buffer in request.body {
-                if writer.bytesWritten + Int64(buffer.readableBytes) > configuration.maxUploadBytes {
-                    throw APIError(.payloadTooLarge, "the body is larger than \(configuration.maxUploadBytes) bytes; nothing was stored")
-                }
-                try buffer.withUnsafeReadableBytes { try writer.write($0) }
+                try buffer.withUnsafeReadableBytes { try upload.write($0) }
             }
         } catch let error as APIError {
             throw error
-        } catch let error as BlobStoreError {
-            throw APIError(error)
         } catch {
             // The client stopped sending before the end of its body.
             throw APIError(.invalidRequest, "the body ended before its declared length; nothing was stored")
         }
-        let (digest, size) = try await store(writer, expecting: declared, for: account)
-        return try json(BlobInfo(digest: digest, size: size), status: .created)
-    }
-
-    /// Commits an uploaded blob on a dispatch thread. The commit waits for two fsyncs (about
-    /// a millisecond each here), and the server's tasks run on its event loops: waiting there
-    /// would stall every other request of that loop; on other threads the syncs overlap.
-    ///
-    /// The blob is durable on disk before the account is given access to it, and both before
-    /// the answer: an acknowledged upload survives a crash.
-    func store(_ writer: any BlobWriter, expecting declared: ContentDigest, for account: AccountRef) async throws -> (digest: ContentDigest, size: Int64) {
-        let (digest, size) = try await commit(writer, expecting: declared)
-        try await storage.metadata.recordBlob(digest, size: size, for: account)
-        return (digest, size)
-    }
-
-    /// The blob's commit alone, on a dispatch thread.
-    func commit(_ writer: any BlobWriter, expecting declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
-        // The writer belongs to this request alone; it moves to the thread and back.
-        struct Owned: @unchecked Sendable { let writer: any BlobWriter }
-        let owned = Owned(writer: writer)
-        return try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                continuation.resume(with: Result { try owned.writer.commit(expecting: declared) })
-            }
-        }
-    }
-
-    /// Stores content sent inline with a create or an update, exactly as an upload of it to
-    /// `PUT /v1/blobs/{digest}` would: hashed against the declared digest, durable, then
-    /// given to the account.
-    func storeInline(_ content: Data, declared: ContentDigest, _ context: ServerContext) async throws {
-        let account = try context.requireAccount()
-        let (digest, size) = try await commitInline(content, declared: declared)
-        try await storage.metadata.recordBlob(digest, size: size, for: account)
-    }
-
-    /// Inline content hashed against its declared digest and made durable; not yet the account's.
-    func commitInline(_ content: Data, declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
-        guard content.count <= SyncProtocol.maxInlineContent else {
-            throw APIError(.payloadTooLarge, "inline content is at most \(SyncProtocol.maxInlineContent) bytes; upload it as a blob")
-        }
-        let writer = try storage.blobs.makeWriter()
-        defer { writer.abort() }
-        // A BlobStoreError (a full disk) is answered through APIError(mapping:), as makeWriter's is.
-        try content.withUnsafeBytes { try writer.write($0) }
-        return try await commit(writer, expecting: declared)
+        return try json(try await upload.finish(), status: .created)
     }
 
     /// Streams a blob, honouring a single `Range` and `If-Range` (by ETag, the digest).
-    func serveBlob(_ digest: ContentDigest, request: Request) async throws -> Response {
-        let reader: any BlobReader
-        do {
-            reader = try storage.blobs.openReader(digest)
-        } catch BlobStoreError.notFound(let missing) {
-            // A small content that came with a batch of creates is kept by the metadata store.
-            guard let data = try await storage.metadata.inlineContent(digest) else { throw BlobStoreError.notFound(missing) }
-            reader = DataBlobReader(data)
-        }
+    func serve(_ reader: any BlobReader, digest: ContentDigest, request: Request) -> Response {
         let size = reader.size
         let etag = "\"\(digest.hex)\""
         var range = ByteRange.parse(request.headers[.range], size: size)

@@ -5,6 +5,7 @@ import NIOCore
 import ServerStorage
 import ServiceLifecycle
 import SyncAPI
+import SyncService
 
 /// The push stream: Server-Sent Events carrying a container's change log as it grows.
 ///
@@ -12,14 +13,8 @@ import SyncAPI
 /// then each new change as soon as it commits. Between changes an idle stream sends a comment
 /// line every `keepAlive`, so a vanished client is noticed at the next write.
 struct PushStream: Sendable {
-    let storage: ServerStorage
-    let hub: ChangeHub
-    let container: ContainerRef
-    let since: ChangeCursor
+    let feed: ChangeFollower
     let keepAlive: Duration
-
-    /// 500 changes per read: one SQLite read per batch, bounded memory per stream.
-    static let batch = 500
 
     enum Event: Sendable {
         case changed
@@ -29,8 +24,7 @@ struct PushStream: Sendable {
     func response() -> Response {
         let headers: HTTPFields = [.contentType: "text/event-stream", .cacheControl: "no-store"]
         return Response(status: .ok, headers: headers, body: ResponseBody { writer in
-            // Subscribe before the first read: a commit between the read and the wait still wakes us.
-            let subscription = hub.subscribe(container: container.key)
+            let subscription = feed.subscribe()
             defer { subscription.close() }
             let (events, sink) = AsyncStream<Event>.makeStream(bufferingPolicy: .bufferingNewest(4))
             try await withGracefulShutdownHandler {
@@ -45,7 +39,7 @@ struct PushStream: Sendable {
                             sink.yield(.keepAlive)
                         }
                     }
-                    var cursor = try await sendChanges(after: since, to: &writer)
+                    var cursor = try await sendChanges(after: feed.since, to: &writer)
                     try await writer.write(Self.event("ready", id: nil, data: try JSONEncoder().encode(StreamReady(cursor: cursor))))
                     for await event in events {
                         switch event {
@@ -62,18 +56,15 @@ struct PushStream: Sendable {
         })
     }
 
+    /// One write per page of the log.
     func sendChanges(after start: ChangeCursor, to writer: inout any ResponseBodyWriter) async throws -> ChangeCursor {
-        var cursor = start
         let encoder = JSONEncoder()
-        while true {
-            let page = try await storage.changes.changes(in: container, since: cursor, limit: Self.batch)
+        return try await feed.send(after: start) { changes in
             var buffer = ByteBuffer()
-            for change in page.changes {
+            for change in changes {
                 buffer.writeImmutableBuffer(Self.event("change", id: change.cursor.rawValue, data: try encoder.encode(change)))
             }
-            if buffer.readableBytes > 0 { try await writer.write(buffer) }
-            cursor = page.cursor
-            if !page.hasMore { return cursor }
+            try await writer.write(buffer)
         }
     }
 

@@ -5,6 +5,7 @@ import ItemModel
 import NIOCore
 import ServerStorage
 import SyncAPI
+import SyncService
 
 extension SyncServer {
     func containerID(_ context: ServerContext) throws -> ContainerID {
@@ -12,17 +13,14 @@ extension SyncServer {
         do { return try ContainerID(raw) } catch { throw APIError(.invalidContainerID, error.description) }
     }
 
-    func container(_ context: ServerContext, create: Bool = false) async throws -> ContainerRef {
-        let account = try context.requireAccount()
-        let id = try containerID(context)
-        guard let c = try await storage.metadata.container(id, of: account, create: create) else {
-            throw APIError(.containerNotFound, "no container '\(id)'")
-        }
-        return c
+    /// The container the path names, of the calling account.
+    func container(_ context: ServerContext) async throws -> ContainerService {
+        try await service.container(try containerID(context), of: try context.requireAccount())
     }
 
+    /// The item the path names; the service checks that it is well formed.
     func itemID(_ context: ServerContext) throws -> ItemID {
-        try wellFormed(ItemID(try context.parameters.require("item")))
+        ItemID(try context.parameters.require("item"))
     }
 
     func blobDigest(_ context: ServerContext) throws -> ContentDigest {
@@ -35,15 +33,6 @@ extension SyncServer {
         let buffer = try await request.collectBody(upTo: limit ?? configuration.maxJSONBytes)
         return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
     }
-}
-
-func wellFormed(_ id: ItemID) throws -> ItemID {
-    guard id.isWellFormed else { throw APIError(.invalidItemID, "'\(id.rawValue.prefix(80))' is not an item id") }
-    return id
-}
-
-func validName(_ raw: String) throws -> ItemName {
-    do { return try ItemName(raw) } catch { throw APIError(.invalidName, error.description) }
 }
 
 func json<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {

@@ -1,5 +1,6 @@
 import Hummingbird
 import ServerStorage
+import SyncService
 
 /// The per-request context: who is calling, once `AuthMiddleware` has checked the token.
 public struct ServerContext: RequestContext {

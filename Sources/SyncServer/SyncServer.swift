@@ -2,6 +2,7 @@ import Hummingbird
 import ItemModel
 import ServerStorage
 import SyncAPI
+import SyncService
 
 public struct SyncServerConfiguration: Sendable {
     /// The largest content upload accepted; larger bodies get 413 `payload_too_large`.
@@ -29,12 +30,12 @@ public struct SyncServerConfiguration: Sendable {
     }
 }
 
-/// The sync server's HTTP face: routes, auth and the push stream, over `ServerStorage`.
-/// It knows no SQL and no file layout.
+/// The sync server's HTTP face: routes, auth and the push stream, over `SyncService`, which
+/// decides. It knows no SQL and no file layout.
 public struct SyncServer: Sendable {
-    public let storage: ServerStorage
+    public let service: SyncService
     public let configuration: SyncServerConfiguration
-    public let hub: ChangeHub
+    public var storage: ServerStorage { service.storage }
     let tokens: RecentAnswers<String, AccountRef>
     /// (account key, digest) to the content's size: a grant is never taken back, but its
     /// account can be removed, which the token check notices within the same lifetime.
@@ -46,9 +47,8 @@ public struct SyncServer: Sendable {
     }
 
     public init(storage: ServerStorage, configuration: SyncServerConfiguration = .init(), hub: ChangeHub = ChangeHub()) {
-        self.storage = storage
+        self.service = SyncService(storage: storage, hub: hub, maxUploadBytes: configuration.maxUploadBytes)
         self.configuration = configuration
-        self.hub = hub
         tokens = RecentAnswers(lifetime: configuration.recentAnswers)
         grants = RecentAnswers(lifetime: configuration.recentAnswers)
     }

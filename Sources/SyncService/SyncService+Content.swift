@@ -1,0 +1,104 @@
+import Foundation
+import ItemModel
+import ServerStorage
+import SyncAPI
+
+extension SyncService {
+    /// The size of `digest`'s content when `account` may use it (it uploaded it), else nil.
+    /// Existence is answered per account: one account cannot probe what another has stored.
+    public func grantedSize(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64? {
+        try await storage.metadata.blobSize(digest, for: account)
+    }
+
+    /// A reader of `digest`'s content. The caller has checked the right to it: the account's
+    /// grant (`grantedSize`), or a live item of the account's container that names it.
+    public func openContent(_ digest: ContentDigest) async throws -> any BlobReader {
+        do {
+            return try storage.blobs.openReader(digest)
+        } catch BlobStoreError.notFound(let missing) {
+            // A small content that came with a batch of creates is kept by the metadata store.
+            guard let data = try await storage.metadata.inlineContent(digest) else { throw APIError(BlobStoreError.notFound(missing)) }
+            return DataBlobReader(data)
+        } catch let error as BlobStoreError {
+            throw APIError(error)
+        }
+    }
+
+    /// Starts an upload of content declared to hash to `declared`; `length` is the size the
+    /// sender announced, if it did. Nothing is stored until `ContentUpload.finish`.
+    public func beginUpload(_ declared: ContentDigest, length: Int64?, for account: AccountRef) throws -> ContentUpload {
+        if let length, length > maxUploadBytes {
+            throw APIError(.payloadTooLarge, "the body is \(length) bytes; this server accepts at most \(maxUploadBytes)")
+        }
+        return ContentUpload(service: self, declared: declared, account: account, writer: try blobWriter())
+    }
+
+    /// Stores content sent inline with a create or an update, exactly as an upload of it
+    /// would: hashed against the declared digest, durable, then given to the account.
+    func storeInline(_ content: Data, declared: ContentDigest, for account: AccountRef) async throws {
+        guard content.count <= SyncProtocol.maxInlineContent else { throw Self.inlineTooLarge }
+        let writer = try blobWriter()
+        defer { writer.abort() }
+        do { try content.withUnsafeBytes { try writer.write($0) } } catch let error as BlobStoreError { throw APIError(error) }
+        let (digest, size) = try await Self.commit(writer, expecting: declared)
+        try await storage.metadata.recordBlob(digest, size: size, for: account)
+    }
+
+    static let inlineTooLarge = APIError(
+        .payloadTooLarge, "inline content is at most \(SyncProtocol.maxInlineContent) bytes; upload it as a blob")
+
+    func blobWriter() throws -> any BlobWriter {
+        do { return try storage.blobs.makeWriter() } catch let error as BlobStoreError { throw APIError(error) }
+    }
+
+    /// Commits a blob on a dispatch thread. The commit waits for two fsyncs (about a
+    /// millisecond each here), and the caller's tasks may run on a server's event loops:
+    /// waiting there would stall every other request of that loop; on other threads the syncs
+    /// overlap.
+    static func commit(_ writer: any BlobWriter, expecting declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
+        // The writer belongs to one request alone; it moves to the thread and back.
+        struct Owned: @unchecked Sendable { let writer: any BlobWriter }
+        let owned = Owned(writer: writer)
+        do {
+            return try await withCheckedThrowingContinuation { continuation in
+                DispatchQueue.global().async {
+                    continuation.resume(with: Result { try owned.writer.commit(expecting: declared) })
+                }
+            }
+        } catch let error as BlobStoreError {
+            throw APIError(error)
+        }
+    }
+}
+
+/// One content upload in progress, fed by its transport as bytes arrive. Owned by one request.
+public final class ContentUpload {
+    let service: SyncService
+    let declared: ContentDigest
+    let account: AccountRef
+    let writer: any BlobWriter
+
+    init(service: SyncService, declared: ContentDigest, account: AccountRef, writer: any BlobWriter) {
+        self.service = service
+        self.declared = declared
+        self.account = account
+        self.writer = writer
+    }
+
+    deinit { writer.abort() }
+
+    public func write(_ bytes: UnsafeRawBufferPointer) throws {
+        if writer.bytesWritten + Int64(bytes.count) > service.maxUploadBytes {
+            throw APIError(.payloadTooLarge, "the body is larger than \(service.maxUploadBytes) bytes; nothing was stored")
+        }
+        do { try writer.write(bytes) } catch let error as BlobStoreError { throw APIError(error) }
+    }
+
+    /// Checks the bytes against the declared digest, makes them durable, and only then gives
+    /// the account the use of them: an acknowledged upload survives a crash.
+    public func finish() async throws -> BlobInfo {
+        let (digest, size) = try await SyncService.commit(writer, expecting: declared)
+        try await service.storage.metadata.recordBlob(digest, size: size, for: account)
+        return BlobInfo(digest: digest, size: size)
+    }
+}
