@@ -113,7 +113,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "SyncService", "ServerStorage", "SyncAPI", "ItemModel", "SyncEngine",
+                "ServerStorage", "SyncAPI", "ItemModel", "SyncEngine",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -122,11 +122,7 @@ let package = Package(
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"]),
         .testTarget(
             name: "VFSTests",
-            dependencies: [
-                "VFS", "SyncEngine", "OpenFiles", "CacheFiles", "SyncClient", "LocalState", "TestSupport", "SyncAPI", "ItemModel",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-            ]
+            dependencies: ["VFS", "SyncEngine", "OpenFiles", "CacheFiles", "LocalState", "TestSupport", "SyncAPI", "ItemModel", .product(name: "Logging", package: "swift-log")]
         ),
         .testTarget(
             name: "MountTests",

@@ -1,6 +1,5 @@
 // The VFS suite's harness: a FileSystem over a real SyncEngine, LocalStore and cache folder,
-// talking to TestSupport's InMemoryRemoteStore (no FUSE, no HTTP), or, for the cases that also
-// run end to end, to a live ubiq-server through SyncHTTPClient (`LiveServer`).
+// talking to TestSupport's InMemoryRemoteStore. No FUSE, no HTTP.
 //
 // Rules:
 //   - No sleeping and hoping: conditions are polled with `eventually` until a deadline.
@@ -52,18 +51,15 @@ enum StoreSetup: String, CaseIterable, Sendable, CustomTestStringConvertible {
     var testDescription: String { rawValue }
 }
 
-/// The harness over the in-memory server: what almost every case uses.
-typealias Harness = VFSHarness<InMemoryRemoteStore>
-
-struct VFSHarness<Remote: TestServer>: Sendable {
+struct Harness: Sendable {
     enum EngineService: Hashable, Sendable {
         case changeFeed, outbox, maintenance
     }
 
-    static var identityToken: String { "test-identity-token-0123456789" }
+    static let identityToken = "test-identity-token-0123456789"
 
     let directory: TempDirectory
-    let remote: Remote
+    let remote: InMemoryRemoteStore
     let observer: RecordingObserver
     let store: LocalStore
     let engine: SyncEngine
@@ -72,7 +68,11 @@ struct VFSHarness<Remote: TestServer>: Sendable {
     /// - Parameter inMemoryDatabase: a private in-memory database instead of a WAL file with
     ///   `synchronous = FULL`; for long operation sequences, where an fsync per commit would
     ///   dominate (the machine may have two cores shared by every test running in parallel).
-    init(cacheLimit: Int64? = nil, remote: Remote, inMemoryDatabase: Bool = false, directory: TempDirectory? = nil) throws {
+    init(_ setup: StoreSetup, cacheLimit: Int64? = nil) throws {
+        try self.init(cacheLimit: cacheLimit, inMemoryDatabase: setup == .sqliteMemory)
+    }
+
+    init(cacheLimit: Int64? = nil, remote: InMemoryRemoteStore = InMemoryRemoteStore(), inMemoryDatabase: Bool = false, directory: TempDirectory? = nil) throws {
         self.directory = try directory ?? TempDirectory("ubiq-vfs")
         self.remote = remote
         observer = RecordingObserver()
@@ -81,28 +81,16 @@ struct VFSHarness<Remote: TestServer>: Sendable {
         let logger = Logger(label: "ubiq.vfs-tests") { _ in SwiftLogNoOpLogHandler() }
         let openFiles = OpenFiles()
         engine = SyncEngine(
-            store: store, remote: remote.link, cache: cache, openFiles: openFiles,
+            store: store, remote: remote, cache: cache, openFiles: openFiles,
             configuration: EngineConfiguration(deviceName: "test-device", cacheLimit: cacheLimit),
             observer: observer, logger: logger)
         fs = FileSystem(content: engine, openFiles: openFiles, store: store, cache: cache, identityToken: Self.identityToken, logger: logger)
     }
-}
 
-extension VFSHarness where Remote == InMemoryRemoteStore {
-    init(_ setup: StoreSetup, cacheLimit: Int64? = nil) throws {
-        try self.init(cacheLimit: cacheLimit, inMemoryDatabase: setup == .sqliteMemory)
-    }
-
-    init(cacheLimit: Int64? = nil, inMemoryDatabase: Bool = false, directory: TempDirectory? = nil) throws {
-        try self.init(cacheLimit: cacheLimit, remote: InMemoryRemoteStore(), inMemoryDatabase: inMemoryDatabase, directory: directory)
-    }
-}
-
-extension VFSHarness {
     /// A new daemon on the same database, cache folder and server, as after a restart (or a
     /// crash: nothing is flushed or closed first). Stop this harness's services before.
-    func restarted(cacheLimit: Int64? = nil) throws -> Self {
-        try Self(cacheLimit: cacheLimit, remote: remote, directory: directory)
+    func restarted(cacheLimit: Int64? = nil) throws -> Harness {
+        try Harness(cacheLimit: cacheLimit, remote: remote, directory: directory)
     }
 
     func close() {
