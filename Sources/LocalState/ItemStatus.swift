@@ -40,7 +40,7 @@ public struct ItemStatus: Sendable, Equatable {
         isUploaded = !unsent
         isUploading = uploading
         percentUploaded = unsent ? (uploadPercent ?? 0) : 100
-        hasUnresolvedConflicts = item.uploadError?.hasPrefix("conflict") ?? false
+        hasUnresolvedConflicts = !item.conflicts.isEmpty
         downloadingError = item.downloadError
         uploadingError = item.uploadError
         pinned = item.pinned

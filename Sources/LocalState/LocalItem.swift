@@ -54,13 +54,15 @@ public struct LocalItem: Sendable, Hashable {
     public var lastAccess: Timestamp
     public var downloadError: String?
     public var uploadError: String?
+    /// The server's conflict versions of the file, unresolved: edits kept beside its content.
+    public var conflicts: [ConflictVersion]
 
     public init(
         ino: Int64 = 0, itemID: ItemID, parent: Int64?, name: String, kind: ItemKind, size: Int64, mode: UInt32,
         uid: UInt32 = 0, gid: UInt32 = 0, created: Timestamp, modified: Timestamp, changed: Timestamp,
         xattrs: [String: Data] = [:], revision: Revision? = nil, serverDigest: ContentDigest? = nil,
         content: ContentState, cachedBytes: Int64 = 0, pinned: Bool = false, lastAccess: Timestamp = 0,
-        downloadError: String? = nil, uploadError: String? = nil
+        downloadError: String? = nil, uploadError: String? = nil, conflicts: [ConflictVersion] = []
     ) {
         self.ino = ino
         self.itemID = itemID
@@ -83,9 +85,17 @@ public struct LocalItem: Sendable, Hashable {
         self.lastAccess = lastAccess
         self.downloadError = downloadError
         self.uploadError = uploadError
+        self.conflicts = conflicts
     }
 
     public static let rootIno: Int64 = 1
+
+    /// Takes the server's revision of the item, and what every revision carries besides its
+    /// content and place: the file's conflict versions.
+    public mutating func takeRevision(of server: ItemMetadata) {
+        revision = server.revision
+        conflicts = server.conflicts
+    }
 }
 
 /// A change queued for the server. Ops are sent in `seq` order; each uses the item's state at

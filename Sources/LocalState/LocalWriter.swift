@@ -12,8 +12,8 @@ public struct LocalWriter {
         var item = item
         try db.cachedStatement(sql: """
             INSERT INTO items (item_id, parent, name, kind, size, mode, uid, gid, created, modified, changed, xattrs,
-                revision, server_digest, content, cached_bytes, pinned, last_access, download_error, upload_error)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                revision, server_digest, content, cached_bytes, pinned, last_access, download_error, upload_error, conflicts)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """).execute(arguments: item.columnValues)
         item.ino = db.lastInsertedRowID
         return item
@@ -28,7 +28,7 @@ public struct LocalWriter {
         try db.cachedStatement(sql: """
             UPDATE items SET item_id = ?, parent = ?, name = ?, kind = ?, size = ?, mode = ?, uid = ?, gid = ?, created = ?,
                 modified = ?, changed = ?, xattrs = ?, revision = ?, server_digest = ?, content = ?, cached_bytes = ?,
-                pinned = ?, last_access = ?, download_error = ?, upload_error = ? WHERE ino = ?
+                pinned = ?, last_access = ?, download_error = ?, upload_error = ?, conflicts = ? WHERE ino = ?
             """).execute(arguments: item.columnValues + [item.ino])
     }
 

@@ -27,6 +27,12 @@ extension LocalItem {
         let kindText: String = row[4], contentText: String = row[15]
         guard let kind = ItemKind(rawValue: kindText) else { throw undecodable("kind", kindText) }
         guard let content = ContentState(rawValue: contentText) else { throw undecodable("content", contentText) }
+        var conflicts: [ConflictVersion] = []
+        if let conflictBlob = row[21] as Data? {
+            do { conflicts = try JSONDecoder().decode([ConflictVersion].self, from: conflictBlob) } catch {
+                throw undecodable("conflicts", String(decoding: conflictBlob.prefix(80), as: UTF8.self))
+            }
+        }
         self.init(
             ino: ino, itemID: ItemID(row[1] as String), parent: row[2], name: row[3],
             kind: kind, size: row[5], mode: UInt32(truncatingIfNeeded: mode),
@@ -34,15 +40,16 @@ extension LocalItem {
             modified: row[10], changed: row[11], xattrs: xattrs, revision: revision.map(Revision.init(_:)),
             serverDigest: try digest.map { try ContentDigest(hex: $0) }, content: content,
             cachedBytes: row[16], pinned: (row[17] as Int64) != 0, lastAccess: row[18],
-            downloadError: row[19], uploadError: row[20])
+            downloadError: row[19], uploadError: row[20], conflicts: conflicts)
     }
 
     var columnValues: StatementArguments {
         let xattrJSON = (try? JSONEncoder().encode(xattrs)) ?? Data("{}".utf8)
+        let conflictJSON = conflicts.isEmpty ? nil : try? JSONEncoder().encode(conflicts)
         return [
             itemID.rawValue, parent, name, kind.rawValue, size, Int64(mode), Int64(uid), Int64(gid), created, modified, changed,
             xattrJSON, revision?.rawValue, serverDigest?.hex, content.rawValue, cachedBytes, pinned ? 1 : 0, lastAccess,
-            downloadError, uploadError,
+            downloadError, uploadError, conflictJSON,
         ]
     }
 }

@@ -111,6 +111,10 @@ extension LocalStore {
             // past it: applied once the answer is recorded, if it is newer.
             try db.execute(sql: "CREATE TABLE held_changes (item_id TEXT PRIMARY KEY NOT NULL, revision TEXT NOT NULL, json BLOB NOT NULL)")
         }
+        m.registerMigration("v9: conflict versions") { db in
+            // JSON of the server's unresolved conflict versions of the file; NULL when none.
+            try db.execute(sql: "ALTER TABLE items ADD COLUMN conflicts BLOB")
+        }
         return m
     }
 }

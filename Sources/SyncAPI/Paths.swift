@@ -12,6 +12,8 @@ public enum APIPath {
     public static func children(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/children" }
     public static func content(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/content" }
     public static func xattrs(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/xattrs" }
+    public static func conflicts(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/conflicts" }
+    public static func resolve(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/resolve" }
     public static func batch(_ c: ContainerID) -> String { container(c) + "/batch" }
     public static func changes(_ c: ContainerID) -> String { container(c) + "/changes" }
     public static func changeStream(_ c: ContainerID) -> String { container(c) + "/changes/stream" }

@@ -121,6 +121,33 @@ public struct UpdateContentRequest: Codable, Sendable {
     }
 }
 
+/// `POST /v1/containers/{c}/items/{id}/conflicts`: an edit of a file refused for its stale base,
+/// while the server has another device's content: kept beside the current content as a conflict
+/// version. The answer is the item with its new revision.
+public struct AddConflictVersionRequest: Codable, Sendable {
+    public var version: ConflictVersion
+    /// As in `CreateItemRequest`: the content inline, instead of a blob upload first.
+    public var content: Data?
+    public init(version: ConflictVersion, content: Data? = nil) {
+        self.version = version
+        self.content = content
+    }
+}
+
+/// `POST /v1/containers/{c}/items/{id}/resolve`: resolves a file's conflicts as seen at
+/// `baseRevision`. `keep` (one of `settled`, or nil to keep the current content) becomes the
+/// current content as a new revision; the versions in `settled` go.
+public struct ResolveConflictsRequest: Codable, Sendable {
+    public var baseRevision: Revision
+    public var settled: [ItemID]
+    public var keep: ItemID?
+    public init(baseRevision: Revision, settled: [ItemID], keep: ItemID? = nil) {
+        self.baseRevision = baseRevision
+        self.settled = settled
+        self.keep = keep
+    }
+}
+
 /// `POST /v1/containers/{c}/batch`: several creates in one request (a folder of small files
 /// copied in). Each is checked as if sent alone to `POST …/items` and succeeds or fails on its
 /// own; the server stores all the inline contents first, then applies the creates in order and

@@ -219,6 +219,14 @@ public final class SyncHTTPClient: Sendable {
         try await call(.PUT, APIPath.xattrs(container, id), json: body)
     }
 
+    public func addConflictVersion(_ id: ItemID, _ body: AddConflictVersionRequest) async throws -> ItemMetadata {
+        try await call(.POST, APIPath.conflicts(container, id), json: body, carriesContent: body.content != nil)
+    }
+
+    public func resolveConflicts(_ id: ItemID, _ body: ResolveConflictsRequest) async throws -> ItemMetadata {
+        try await call(.POST, APIPath.resolve(container, id), json: body)
+    }
+
     public func hasBlob(_ digest: ContentDigest) async throws -> Bool {
         let (status, body) = try await Self.send(http, request(.HEAD, APIPath.blob(digest)), deadline: requestDeadline)
         switch status {

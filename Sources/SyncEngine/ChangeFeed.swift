@@ -132,7 +132,7 @@ extension SyncEngine {
         let r = w.reader
         if remote.id == .root {
             guard var root = try r.item(LocalItem.rootIno) else { return }
-            root.revision = remote.revision
+            root.takeRevision(of: remote)
             root.xattrs = remote.xattrs
             try w.update(root)
             effects.invalidations.append(.inode(LocalItem.rootIno))
@@ -215,7 +215,7 @@ extension SyncEngine {
             local.modified = remote.modified
             local.changed = Self.now()
             local.xattrs = remote.xattrs
-            local.revision = remote.revision
+            local.takeRevision(of: remote)
             local.serverDigest = remote.digest
             if contentChanged && local.kind == .file { contentReplaced(&local, by: remote.digest, &effects) }
             try w.update(local)
@@ -236,7 +236,7 @@ extension SyncEngine {
                 itemID: remote.id, parent: parent.ino, name: remote.name, kind: remote.kind, size: remote.size,
                 mode: remote.mode, uid: getuid(), gid: getgid(), created: remote.created, modified: remote.modified,
                 changed: Self.now(), xattrs: remote.xattrs, revision: remote.revision, serverDigest: remote.digest,
-                content: remote.kind == .folder ? .current : .placeholder, pinned: parent.pinned))
+                content: remote.kind == .folder ? .current : .placeholder, pinned: parent.pinned, conflicts: remote.conflicts))
             effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
             effects.invalidations.append(.inode(parent.ino))
             effects.events.append(MountEvent(kind: "remoteCreate", path: try r.path(of: item.ino)))

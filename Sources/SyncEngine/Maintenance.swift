@@ -143,7 +143,7 @@ extension SyncEngine {
                 row.size = current.size
                 row.modified = current.modified
                 row.serverDigest = current.digest
-                row.revision = current.revision
+                row.takeRevision(of: current)
                 try w.update(row)
             }
             self.observer.invalidate([.inode(ino)])

@@ -52,6 +52,8 @@ public protocol RemoteStore: Sendable {
     func updateItem(_ id: ItemID, _ request: UpdateItemRequest) async throws -> ItemMetadata
     func deleteItem(_ id: ItemID, base: Revision, recursive: Bool) async throws -> [ItemMetadata]
     func setXattrs(_ id: ItemID, _ request: SetXattrsRequest) async throws -> ItemMetadata
+    func addConflictVersion(_ id: ItemID, _ request: AddConflictVersionRequest) async throws -> ItemMetadata
+    func resolveConflicts(_ id: ItemID, _ request: ResolveConflictsRequest) async throws -> ItemMetadata
 }
 
 extension RemoteStore {

@@ -57,5 +57,15 @@ extension SyncServer {
             let body = try await decode(SetXattrsRequest.self, request)
             return try json(try await c.setXattrs(try itemID(context), body))
         }
+        router.post("/v1/containers/:container/items/:item/conflicts") { request, context in
+            let c = try await container(context)
+            let body = try await decode(AddConflictVersionRequest.self, request)
+            return try json(try await c.addConflictVersion(try itemID(context), body))
+        }
+        router.post("/v1/containers/:container/items/:item/resolve") { request, context in
+            let c = try await container(context)
+            let body = try await decode(ResolveConflictsRequest.self, request)
+            return try json(try await c.resolveConflicts(try itemID(context), body))
+        }
     }
 }

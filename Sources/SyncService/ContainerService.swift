@@ -64,6 +64,25 @@ public struct ContainerService: Sendable {
         return item
     }
 
+    /// Keeps an edit that lost to another device's as a conflict version of the file: content
+    /// sent inline is stored first, as an upload of it would be.
+    public func addConflictVersion(_ id: ItemID, _ body: AddConflictVersionRequest) async throws -> ItemMetadata {
+        if let content = body.content { try await service.storeInline(content, declared: body.version.digest, for: ref.account) }
+        let version = body.version
+        _ = try RequestChecks.wellFormed(version.id)
+        let item = try await storage.metadata.addConflictVersion(try RequestChecks.wellFormed(id), version, in: ref)
+        service.hub.publish(container: ref.key)
+        return item
+    }
+
+    public func resolveConflicts(_ id: ItemID, _ body: ResolveConflictsRequest) async throws -> ItemMetadata {
+        let item = try await storage.metadata.resolveConflicts(
+            try RequestChecks.wellFormed(id), base: body.baseRevision, settled: Set(try body.settled.map(RequestChecks.wellFormed)),
+            keep: try body.keep.map(RequestChecks.wellFormed), in: ref)
+        service.hub.publish(container: ref.key)
+        return item
+    }
+
     /// A live file and a reader of its content (the container grants the right to it).
     public func fileContent(_ id: ItemID) async throws -> (item: ItemMetadata, reader: any BlobReader) {
         let item = try await item(id)

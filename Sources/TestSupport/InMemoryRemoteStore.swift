@@ -28,7 +28,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     /// The calls a client makes; the keys of the counters, gates and injected failures.
     public enum Operation: String, Sendable, Hashable, CaseIterable {
         case ensureContainer, changes, changeStream, item, download, hasBlob, uploadBlob
-        case createItem, createItems, updateContent, updateItem, deleteItem, setXattrs
+        case createItem, createItems, updateContent, updateItem, deleteItem, setXattrs, addConflictVersion, resolveConflicts
     }
 
     /// A path's entry in `tree()`.
@@ -577,6 +577,19 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         return try await delivered(.setXattrs, try mutate { s in try s.setXattrs(id, request) })
     }
 
+    public func addConflictVersion(_ id: ItemID, _ request: AddConflictVersionRequest) async throws -> ItemMetadata {
+        try await enter(.addConflictVersion)
+        defer { answer(.addConflictVersion) }
+        if let content = request.content { try storeInline(content, declared: request.version.digest) }
+        return try await delivered(.addConflictVersion, try mutate { s in try s.addConflictVersion(id, request.version) })
+    }
+
+    public func resolveConflicts(_ id: ItemID, _ request: ResolveConflictsRequest) async throws -> ItemMetadata {
+        try await enter(.resolveConflicts)
+        defer { answer(.resolveConflicts) }
+        return try await delivered(.resolveConflicts, try mutate { s in try s.resolveConflicts(id, request) })
+    }
+
     // MARK: Plumbing
 
     /// Counts the call, then: offline → unreachable; an injected failure → it; a gate → wait.
@@ -844,6 +857,7 @@ extension InMemoryRemoteStore.State {
         var tombstones: [ItemMetadata] = []
         for var victim in doomed {
             victim.deleted = true
+            victim.conflicts = []  // a deleted file's versions go with it, as on the server
             commit(&victim, kind: .delete)
             tombstones.append(victim)
         }
@@ -856,6 +870,41 @@ extension InMemoryRemoteStore.State {
         var item = try requireLive(id)
         if let base = body.baseRevision, item.revision != base { throw conflict(item) }
         item.xattrs = body.xattrs
+        commit(&item, kind: .upsert)
+        return item
+    }
+
+    mutating func addConflictVersion(_ id: ItemID, _ version: ConflictVersion) throws -> ItemMetadata {
+        try InMemoryRemoteStore.wellFormed(id)
+        try InMemoryRemoteStore.wellFormed(version.id)
+        guard (1...ConflictVersion.maxDeviceBytes).contains(version.device.utf8.count) else {
+            throw Self.refused(.invalidDevice, "a device name must be 1 to \(ConflictVersion.maxDeviceBytes) bytes")
+        }
+        var item = try requireLive(id)
+        guard item.kind == .file else { throw Self.refused(.notAFile, "item '\(id)' is not a file") }
+        if item.conflicts.contains(where: { $0.id == version.id }) { return item }
+        var kept = version
+        kept.size = try blobSize(version.digest, declared: version.size)
+        item.conflicts.append(kept)
+        commit(&item, kind: .upsert)
+        return item
+    }
+
+    mutating func resolveConflicts(_ id: ItemID, _ body: ResolveConflictsRequest) throws -> ItemMetadata {
+        try InMemoryRemoteStore.wellFormed(id)
+        var item = try requireLive(id)
+        guard item.kind == .file else { throw Self.refused(.notAFile, "item '\(id)' is not a file") }
+        guard item.revision == body.baseRevision else { throw conflict(item) }
+        let settled = Set(body.settled)
+        for version in settled.union(body.keep.map { [$0] } ?? []) where !item.conflicts.contains(where: { $0.id == version }) {
+            throw Self.refused(.versionNotFound, "the item has no conflict version '\(version)'")
+        }
+        if let keep = body.keep, let chosen = item.conflicts.first(where: { $0.id == keep }) {
+            item.digest = chosen.digest
+            item.size = chosen.size
+            item.modified = chosen.modified
+        }
+        item.conflicts.removeAll { settled.contains($0.id) || $0.id == body.keep }
         commit(&item, kind: .upsert)
         return item
     }
@@ -901,4 +950,5 @@ public final class CallGate: Sendable {
             if go { c.resume() }
         }
     }
+
 }

@@ -196,8 +196,8 @@ struct ForeignContainerTests {
 
 @Suite("Conflicts")
 struct ConflictTests {
-    @Test("an upload on a stale base is refused, stays queued with uploadingError, and the server keeps the other device's content")
-    func staleBaseRefused() async throws {
+    @Test("an edit on a stale base becomes a conflict version: the server keeps the other device's content, and this device shows it again")
+    func staleBaseKeptAsConflictVersion() async throws {
         let h = try Harness()
         defer { h.close() }
         let v1 = Array("base".utf8)
@@ -207,6 +207,7 @@ struct ConflictTests {
         try await h.running {
             try await h.settled()
             let id = try #require(h.remote.item(atPath: "/shared.txt")).id
+            let base = try #require(h.remote.liveItem(id)).revision
 
             // This device is away while the other one edits; then it edits the same base.
             h.remote.isOnline = false
@@ -214,21 +215,27 @@ struct ConflictTests {
             try await h.overwrite(ino, mine)
             h.remote.isOnline = true
 
-            try await eventually("the refusal to be recorded") { try h.xattr(ino, "user.ubiq.uploadingError") != nil }
+            try await eventually("the edit to be kept as a conflict version") { try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1" }
+            try await h.settled("the outbox")
+            let server = try #require(h.remote.liveItem(id))
             #expect(h.remote.content(of: id) == theirs, "the server keeps the other device's content")
-            #expect(h.remote.liveItem(id)?.revision == other.revision)
-            #expect(try h.pending(ino) == [.content], "the local edit stays queued")
-            #expect(try await h.read(ino) == mine, "the local edit is kept")
-            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
-            #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1")
-            #expect(try h.xattr(ino, "user.ubiq.uploadingError")?.contains("conflict") == true)
+            #expect(server.revision.isNewer(than: other.revision), "the version came with a new revision")
+            #expect(server.conflicts.map(\.digest) == [sha(mine)], "this device's edit is kept beside it")
+            #expect(server.conflicts.first?.size == Int64(mine.count) && server.conflicts.first?.device == "test-device")
+            #expect(server.conflicts.first?.base == base, "edited from the revision both devices had")
+            #expect(h.remote.hasBlobStored(sha(mine)), "its content is on the server")
+            #expect(try h.pending(ino).isEmpty, "nothing stays queued")
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(try h.xattr(ino, "user.ubiq.uploadingError") == nil)
+            #expect(try await h.read(ino) == theirs, "this device shows the server's version again")
         }
     }
 
-    /// Regression: a chmod, touch or rename of the file after the refusal was itself refused,
-    /// rebased onto the server's revision, and the edit, which waits with that revision as its
-    /// base, then went up over the other device's version, with no conflict shown.
-    @Test("a conflicted edit, then a chmod, a touch and a rename here: the edit still never overwrites the other device's version")
+    /// A chmod, touch and rename made after the conflicting edit wait behind it in the queue.
+    /// Regression of an earlier shape: the metadata change was rebased onto the server's
+    /// revision, and the edit, which waited with that revision as its base, then went up over
+    /// the other device's version, with no conflict shown.
+    @Test("a conflicted edit, then a chmod, a touch and a rename here: the edit becomes a conflict version and the rest reaches the server")
     func metadataChangeOfAConflictedEdit() async throws {
         let h = try Harness()
         defer { h.close() }
@@ -241,26 +248,20 @@ struct ConflictTests {
             h.remote.isOnline = false
             try h.remote.otherDevice.updateContent(id, to: theirs)
             try await h.overwrite(ino, mine)
-            h.remote.isOnline = true
-            try await eventually("the refusal to be recorded") { try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1" }
-
-            let moves = h.remote.calls(.updateItem)
             _ = try await h.fs.setAttributes(ino, .init(mode: 0o600, mtime: 1_000_000_000), handle: nil)
             try h.fs.rename(parent: rootIno, name: n("shared.txt"), newParent: rootIno, newName: n("renamed.txt"), noReplace: false, exchange: false)
-            try await eventually("the chmod and the rename to be tried") { h.remote.calls(.updateItem) >= moves + 2 }
-            // Every retry due now, twice: what waits must wait again, not go up.
-            for _ in 0..<2 where try !h.outbox().isEmpty {
-                let contentTries = h.remote.calls(.updateContent)
-                try h.store.write { w in for e in try w.reader.outbox(limit: 100) { try w.deferOp(e.seq, error: e.lastError ?? "", until: 0) } }
-                h.engine.outboxChanged()
-                try await eventually("the edit to be tried again") { h.remote.calls(.updateContent) > contentTries }
-                try await eventually("the outbox to be at rest") { try h.outbox().allSatisfy { $0.notBefore > 0 } }
+            h.remote.isOnline = true
+
+            try await eventually("every change to reach the server") {
+                try h.pending(ino).isEmpty && h.remote.item(atPath: "/renamed.txt")?.mode == 0o600
             }
+            let server = try #require(h.remote.liveItem(id))
             #expect(h.remote.content(of: id) == theirs, "the other device's version was overwritten")
+            #expect(server.conflicts.map(\.digest) == [sha(mine)], "the edit is a conflict version")
+            #expect(server.modified == 1_000_000_000, "the touch went up")
             #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1")
-            let waiting = try h.pending(ino)
-            #expect(Set(waiting).isSuperset(of: [.content, .attributes, .move]), "\(waiting)")
-            #expect(try await h.read(ino) == mine, "the local edit is kept")
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(try await h.read(ino) == theirs)
         }
     }
 
@@ -284,13 +285,10 @@ struct ConflictTests {
             try await eventually("the remote edit to be applied") { try h.caughtUp() }
             h.fs.release(opened.handle)
 
-            let tries = h.remote.calls(.updateContent)
-            try await eventually("the upload to be tried") { h.remote.calls(.updateContent) > tries }
-            try await eventually("the outbox to settle") {
-                try h.outbox().isEmpty || h.xattr(ino, "user.ubiq.uploadingError") != nil
-            }
+            try await eventually("the edit to be kept as a conflict version") { try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1" }
             #expect(h.remote.content(of: id) == theirs, "the other device's edit was overwritten: nothing may be lost silently")
-            #expect(try await h.read(ino) == mine)
+            #expect(h.remote.liveItem(id)?.conflicts.map(\.digest) == [sha(mine)])
+            #expect(try await h.read(ino) == theirs)
         }
     }
 

@@ -43,7 +43,7 @@ extension SyncEngine {
             return
         }
         guard row.itemID == result.id else { return }
-        row.revision = result.revision
+        row.takeRevision(of: result)
         try settleXattrChanges(row, heldByServer: result, w)
         try takeServerContent(&row, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes), &effects)
         row.uploadError = nil
@@ -56,7 +56,7 @@ extension SyncEngine {
     /// older revision and the server would refuse it as a conflict with this device's own edit.
     func passToSuccessor(_ result: ItemMetadata, sentFrom base: Revision?, _ w: LocalWriter) throws {
         guard let base, var successor = try w.reader.item(id: result.id), successor.revision == base else { return }
-        successor.revision = result.revision
+        successor.takeRevision(of: result)
         successor.serverDigest = result.digest
         try w.update(successor)
     }
@@ -107,7 +107,7 @@ extension SyncEngine {
                     out.append(.entry(parent: parent.ino, name: name))
                 }
             }
-            item.revision = current.revision
+            item.takeRevision(of: current)
             // The server's content, unless this row's own is what goes up next: the digest,
             // and the size that a download of it fetches (an older size failed its check).
             if !keepContent { takeServerContent(&item, from: current, keepModified: queued.contains(.attributes), &effects) }

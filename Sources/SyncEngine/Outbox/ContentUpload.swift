@@ -11,7 +11,9 @@ extension SyncEngine {
 
     /// Uploads a snapshot of the file's content, never the live cache file, in the create of a
     /// new file or the update of an existing one, and records the answer (`finishUpload`).
-    func uploadSnapshot(_ item: LocalItem, parentID: ItemID, seq: Int64) async throws -> Outcome {
+    /// `seq`: the outbox entry the answer dequeues; nil when the upload goes ahead of another
+    /// entry of the file, whose own entry then finds nothing left to send.
+    func uploadSnapshot(_ item: LocalItem, parentID: ItemID, seq: Int64?) async throws -> Outcome {
         if item.content != .dirty && item.revision != nil { return .done }
         // A write after this (a writer that opens and truncates) changes the generation, and
         // the snapshot is then not sent.
@@ -80,9 +82,9 @@ extension SyncEngine {
                 }
                 return .again
             }
-            // The content changed on the server too: never overwrite it. Until conflict
-            // versions exist, the upload waits here with the reason in uploadingError.
-            return Self.contentConflict(current)
+            // The content changed on the server too: never overwrite it.
+            guard let base = item.revision else { return Self.contentConflict(current) }
+            return try await keepAsConflictVersion(item, base: base, digest: digest, size: size, content: inline, generation: generation, seq: seq)
         } catch let RemoteError.refused(code, _, current) where code == .nameExists {
             return try await nameTaken(by: current, for: item.ino)
         } catch let RemoteError.refused(code, _, _) where code == .itemIDTaken {
@@ -95,7 +97,7 @@ extension SyncEngine {
 
     /// Records a successful upload, in one transaction with what changed while it was in
     /// flight and the removal of its entry `seq`: one commit per uploaded file, not three.
-    func finishUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64) throws -> Outcome {
+    func finishUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64?) throws -> Outcome {
         let followUps = try store.write { w in
             try recordUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq, w)
         }
@@ -109,8 +111,8 @@ extension SyncEngine {
     /// meanwhile (a safe save gave it another item's id): then what went up belongs to nobody
     /// and is removed, and the content goes up again under the new identity. True when
     /// something more was queued.
-    func recordUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64, _ w: LocalWriter) throws -> Bool {
-        try w.dequeue(seq)
+    func recordUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64?, _ w: LocalWriter) throws -> Bool {
+        if let seq { try w.dequeue(seq) }
         try w.forgetSentContents(of: item.ino)
         guard var row = try w.reader.item(item.ino) else {
             try w.updatePendingDelete(of: result.id, revision: result.revision)
@@ -126,7 +128,7 @@ extension SyncEngine {
             try w.enqueue(.content, ino: item.ino)
             return true
         }
-        row.revision = result.revision
+        row.takeRevision(of: result)
         row.serverDigest = digest
         row.uploadError = nil
         try settleXattrChanges(row, heldByServer: result, w)

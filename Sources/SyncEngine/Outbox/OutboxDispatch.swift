@@ -124,10 +124,13 @@ extension SyncEngine {
                 // A file whose own edit is not on the server yet, while the server's content
                 // moved on from that edit's base: a conflict of content. Rebasing would make the
                 // server's revision the edit's base too, and the edit would then go up over the
-                // other device's version. The rename or chmod waits with the edit.
+                // other device's version. The edit goes first, as a conflict version, and this
+                // change then goes on from the revision that keeps it.
                 let row = try store.read { try $0.item(item.ino) }
                 if let row, row.kind == .file, row.content == .dirty, current.digest != row.serverDigest {
-                    return Self.contentConflict(current)
+                    let edit = try await uploadSnapshot(row, parentID: parentID, seq: nil)
+                    if case .done = edit { return .again }
+                    return edit
                 }
                 // Metadata changes apply on top of whatever changed meanwhile: rebase and resend.
                 try rebase(item.ino, on: current)

@@ -27,7 +27,7 @@ extension SyncEngine {
         }
         let moved = try store.write { w -> [KernelInvalidation] in
             guard var row = try w.reader.item(item.ino), row.itemID == current.id, row.revision == nil else { return [] }
-            row.revision = current.revision
+            row.takeRevision(of: current)
             row.serverDigest = current.digest
             // The create is on the server: the error its lost answers left is no longer true.
             row.uploadError = nil

@@ -1,0 +1,63 @@
+import Foundation
+import ItemModel
+import LocalState
+import SyncAPI
+
+/// An edit that lost: another device's edit of the same base reached the server first.
+extension SyncEngine {
+    /// Sends this device's edit (the snapshot `digest`, edited from `base`) as a conflict
+    /// version of the file, and the file here takes the server's version: the cache file, which
+    /// holds the edit, becomes a stale copy that the next open replaces. Changes queued behind
+    /// the edit (a rename, a chmod, attributes) go on from the new revision. So nothing is lost
+    /// and nothing waits: every device sees the conflict, and any device can resolve it.
+    /// A file written again meanwhile is sent again (its newer content becomes a version too).
+    func keepAsConflictVersion(
+        _ item: LocalItem, base: Revision, digest: ContentDigest, size: Int64, content: Data?, generation: UInt64, seq: Int64?
+    ) async throws -> Outcome {
+        let version = ConflictVersion(
+            id: Self.conflictVersionID(item.itemID, base: base, digest: digest), digest: digest, size: size,
+            device: Self.deviceLabel(configuration.deviceName), modified: item.modified, base: base)
+        let result = try await remote.addConflictVersion(item.itemID, AddConflictVersionRequest(version: version, content: content))
+        let recorded = try store.write { w -> EffectsAfterCommit? in
+            guard var row = try w.reader.item(item.ino), row.itemID == item.itemID,
+                  openFiles.uploaded(item.ino, generation: generation, stillDirty: row.content == .dirty)
+            else { return nil }
+            var effects = EffectsAfterCommit()
+            if let seq { try w.dequeue(seq) }
+            try w.forgetSentContents(of: item.ino)
+            row.takeRevision(of: result)
+            row.uploadError = nil
+            // The cache file holds the edit, which the server now keeps as a version.
+            row.content = .current
+            try takeServerContent(&row, from: result, keepModified: try w.reader.queuedOps(for: item.ino).contains(.attributes), &effects)
+            try settleXattrChanges(row, heldByServer: result, w)
+            try w.update(row)
+            effects.invalidations.append(.inode(item.ino))
+            effects.events.append(MountEvent(
+                kind: "conflict", path: try w.reader.path(of: item.ino),
+                detail: "another device's edit reached the server first; this device's edit is kept as a conflict version"))
+            return effects
+        }
+        guard let recorded else { return .again }
+        runAfterCommit(recorded)
+        observer.invalidate(recorded.invalidations)
+        setConnected(true, error: nil)
+        return .done
+    }
+
+    /// The same for every send of one edit: a retried send (its answer lost) adds nothing twice.
+    static func conflictVersionID(_ item: ItemID, base: Revision, digest: ContentDigest) -> ItemID {
+        ItemID(String(ContentDigest.of(Array("\(item)/\(base)/\(digest.hex)".utf8)).hex.prefix(32)))
+    }
+
+    /// The device name a version carries, within `ConflictVersion.maxDeviceBytes` (cut at a
+    /// character, never inside one).
+    static func deviceLabel(_ name: String) -> String {
+        var label = ""
+        for character in name {
+            guard label.utf8.count + character.utf8.count <= ConflictVersion.maxDeviceBytes else { break }
+            label.append(character)
+        }
+        return label.isEmpty ? "device" : label
+    }
+}

@@ -1,0 +1,55 @@
+import Foundation
+import ItemModel
+import SyncAPI
+import TestSupport
+import Testing
+
+/// Two devices edit one file from the same version: the first edit to reach the server stays
+/// current, the other is kept as a conflict version, and both devices say so.
+@Suite(.serialized) struct ConflictVersionTests {
+    @Test func editsMadeOfflineOnBothDevicesSettleAsCurrentPlusAConflictVersionOnBoth() async throws {
+        try await withDevices(["A", "B"]) { server, devices in
+            let (a, b) = (devices[0], devices[1])
+            try await a.must(#"echo base > "$M/notes.txt""#)
+            try await a.waitUntilUploaded()
+            try await eventually("B to read the base") { (try await b.sh(#"cat "$M/notes.txt""#)).stdout == "base\n" }
+
+            // Both edit the same version while the server is away.
+            server.kill9()
+            try await eventually("A and B to notice they are offline") {
+                let (onA, onB) = (try await a.status().connected, try await b.status().connected)
+                return !onA && !onB
+            }
+            try await a.must(#"echo "edited on A" > "$M/notes.txt""#)
+            try await b.must(#"echo "edited on B" > "$M/notes.txt""#)
+            try await server.restart(samePort: true)
+
+            // Nobody is stuck: every change is sent, and both show the conflict.
+            try await a.waitUntilUploaded(timeout: .seconds(30))
+            try await b.waitUntilUploaded(timeout: .seconds(30))
+            for device in [a, b] {
+                try await eventually(timeout: .seconds(20), "\(device.name) to show the conflict") {
+                    try await device.xattr("notes.txt", "user.ubiq.hasUnresolvedConflicts") == "1"
+                }
+                #expect(try await device.xattr("notes.txt", "user.ubiq.isUploaded") == "1")
+                #expect(try await device.xattr("notes.txt", "user.ubiq.uploadingError") == nil)
+            }
+            // Both devices read the current version, and nothing written was lost: the other
+            // edit is the conflict version, from the device that made it.
+            let current = try await a.must(#"cat "$M/notes.txt""#)
+            try await eventually("B to read the current version") { try await b.sh(#"cat "$M/notes.txt""#).stdout == current }
+            let item = try #require(try await serverItem(server, named: "notes.txt"))
+            let edits = ["edited on A\n": "A", "edited on B\n": "B"]
+            let loser = try #require(edits.keys.first { $0 != current }, "current is one of the edits: \(current)")
+            #expect(item.conflicts.map(\.digest) == [sha256(Data(loser.utf8))])
+            #expect(item.conflicts.first?.device == edits[loser])
+            #expect(item.conflicts.first?.size == Int64(loser.utf8.count))
+        }
+    }
+}
+
+/// A live item of the root folder, as the server's HTTP API shows it.
+func serverItem(_ server: ServerProcess, named name: String, user: String = "alice", password: String = "alice-pw") async throws -> ItemMetadata? {
+    let http = try await TestHTTP(baseURL: server.baseURL).login(user, password)
+    return try await http.send(.GET, APIPath.children(.default, .root)).decode(ItemList.self).items.first { $0.name == name }
+}
