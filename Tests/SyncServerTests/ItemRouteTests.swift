@@ -50,6 +50,35 @@ import Testing
         }
     }
 
+    @Test func aConflictVersionIsKeptWithANewRevisionAndResolvedByChoice() async throws {
+        try await withLive { live in
+            let (a, c) = (live.alice, live.c)
+            let file = try await a.createFile(c, parent: .root, name: "notes.txt", content: Data("current"))
+            let edit = Data("the other edit")
+            let version = ConflictVersion(id: .random(), digest: sha256(edit), size: Int64(edit.count), device: "laptop", modified: 7, base: file.revision)
+            let added = try await a.json(.POST, APIPath.conflicts(c, file.id), AddConflictVersionRequest(version: version, content: edit))
+            #expect(added.status == 200)
+            let kept = try added.decode(ItemMetadata.self)
+            #expect(kept.conflicts == [version] && kept.digest == file.digest && kept.revision.isNewer(than: file.revision))
+            let changes = try await a.send(.GET, APIPath.changes(c)).decode(ChangePage.self).changes
+            #expect(changes.last?.item == kept, "the version reaches other devices through the change log")
+            let again = try await a.json(.POST, APIPath.conflicts(c, file.id), AddConflictVersionRequest(version: version))
+            #expect(try again.decode(ItemMetadata.self) == kept, "a retried send adds nothing")
+
+            let noDevice = ConflictVersion(id: .random(), digest: sha256(edit), size: Int64(edit.count), device: "", modified: 7, base: file.revision)
+            #expect(try await a.json(.POST, APIPath.conflicts(c, file.id), AddConflictVersionRequest(version: noDevice)).errorCode == .invalidDevice)
+            let unknown = try await a.json(.POST, APIPath.resolve(c, file.id), ResolveConflictsRequest(baseRevision: kept.revision, settled: [.random()]))
+            #expect(unknown.status == 404 && unknown.errorCode == .versionNotFound)
+            let stale = try await a.json(.POST, APIPath.resolve(c, file.id), ResolveConflictsRequest(baseRevision: file.revision, settled: [version.id]))
+            #expect(stale.status == 409 && stale.errorCode == .revisionConflict)
+
+            let resolved = try await a.json(.POST, APIPath.resolve(c, file.id), ResolveConflictsRequest(baseRevision: kept.revision, settled: [version.id], keep: version.id))
+            let chosen = try resolved.decode(ItemMetadata.self)
+            #expect(chosen.conflicts.isEmpty && chosen.digest == sha256(edit) && chosen.size == Int64(edit.count))
+            #expect(try await a.send(.GET, APIPath.content(c, file.id)).body == edit, "the chosen version is the content now")
+        }
+    }
+
     @Test func badNamesAreRefusedWithAStableCodeAndChangeNothing() async throws {
         try await withLive { live in
             let (a, c) = (live.alice, live.c)
