@@ -25,3 +25,29 @@ public struct ConflictVersion: Hashable, Sendable, Codable {
     /// The longest device name a version carries: it becomes part of a file name at `--keep-both`.
     public static let maxDeviceBytes = 64
 }
+
+extension ConflictVersion {
+    /// A device name a version may carry: 1 to `maxDeviceBytes` bytes of UTF-8.
+    public static func isValidDevice(_ name: String) -> Bool { (1...maxDeviceBytes).contains(name.utf8.count) }
+}
+
+/// A resolution named a conflict version the file does not have.
+public struct UnknownConflictVersion: Error, Equatable, Sendable {
+    public let id: ItemID
+}
+
+extension ItemMetadata {
+    /// Resolves the file's conflict versions: the content of `keep` (if any) becomes the file's,
+    /// then `keep` and every version in `settled` go; a version named in neither stays. Changes
+    /// nothing when a named version is unknown. The revision is the caller's to give.
+    public mutating func resolveConflicts(settled: Set<ItemID>, keep: ItemID?) throws(UnknownConflictVersion) {
+        let named = keep.map { settled.union([$0]) } ?? settled
+        if let unknown = named.first(where: { id in !conflicts.contains { $0.id == id } }) { throw UnknownConflictVersion(id: unknown) }
+        if let chosen = conflicts.first(where: { $0.id == keep }) {
+            digest = chosen.digest
+            size = chosen.size
+            modified = chosen.modified
+        }
+        conflicts.removeAll { named.contains($0.id) }
+    }
+}

@@ -416,7 +416,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     }
 
     public func addConflictVersion(_ id: ItemID, _ version: ConflictVersion, in container: ContainerRef) async throws -> ItemMetadata {
-        guard (1...ConflictVersion.maxDeviceBytes).contains(version.device.utf8.count) else { throw StorageError.invalidDevice(version.device) }
+        guard ConflictVersion.isValidDevice(version.device) else { throw StorageError.invalidDevice(version.device) }
         return try await write { db in
             var item = try Self.requireLive(id, container, db)
             guard item.kind == .file else { throw StorageError.notAFile(id) }
@@ -434,15 +434,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             var item = try Self.requireLive(id, container, db)
             guard item.kind == .file else { throw StorageError.notAFile(id) }
             guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
-            for version in settled.union(keep.map { [$0] } ?? []) where !item.conflicts.contains(where: { $0.id == version }) {
-                throw StorageError.versionNotFound(version)
-            }
-            if let keep, let chosen = item.conflicts.first(where: { $0.id == keep }) {
-                item.digest = chosen.digest
-                item.size = chosen.size
-                item.modified = chosen.modified
-            }
-            item.conflicts.removeAll { settled.contains($0.id) || $0.id == keep }
+            do throws(UnknownConflictVersion) { try item.resolveConflicts(settled: settled, keep: keep) } catch { throw StorageError.versionNotFound(error.id) }
             try Self.commit(&item, kind: .upsert, in: container, db: db)
             return item
         }

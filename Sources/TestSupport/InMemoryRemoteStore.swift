@@ -877,7 +877,7 @@ extension InMemoryRemoteStore.State {
     mutating func addConflictVersion(_ id: ItemID, _ version: ConflictVersion) throws -> ItemMetadata {
         try InMemoryRemoteStore.wellFormed(id)
         try InMemoryRemoteStore.wellFormed(version.id)
-        guard (1...ConflictVersion.maxDeviceBytes).contains(version.device.utf8.count) else {
+        guard ConflictVersion.isValidDevice(version.device) else {
             throw Self.refused(.invalidDevice, "a device name must be 1 to \(ConflictVersion.maxDeviceBytes) bytes")
         }
         var item = try requireLive(id)
@@ -895,16 +895,9 @@ extension InMemoryRemoteStore.State {
         var item = try requireLive(id)
         guard item.kind == .file else { throw Self.refused(.notAFile, "item '\(id)' is not a file") }
         guard item.revision == body.baseRevision else { throw conflict(item) }
-        let settled = Set(body.settled)
-        for version in settled.union(body.keep.map { [$0] } ?? []) where !item.conflicts.contains(where: { $0.id == version }) {
-            throw Self.refused(.versionNotFound, "the item has no conflict version '\(version)'")
+        do throws(UnknownConflictVersion) { try item.resolveConflicts(settled: Set(body.settled), keep: body.keep) } catch {
+            throw Self.refused(.versionNotFound, "the item has no conflict version '\(error.id)'")
         }
-        if let keep = body.keep, let chosen = item.conflicts.first(where: { $0.id == keep }) {
-            item.digest = chosen.digest
-            item.size = chosen.size
-            item.modified = chosen.modified
-        }
-        item.conflicts.removeAll { settled.contains($0.id) || $0.id == body.keep }
         commit(&item, kind: .upsert)
         return item
     }
