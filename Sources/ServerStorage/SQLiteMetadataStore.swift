@@ -377,26 +377,17 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             let item = try Self.requireLive(id, container, db)
             guard id != .root else { throw StorageError.rootIsImmutable }
             if let base, item.revision != base { throw StorageError.revisionConflict(current: item) }
-            // Depth-first, children before their folder, so a replica applying the tombstones in
-            // order never sees a folder vanish while it still has children.
-            var doomed: [ItemMetadata] = []
-            func collect(_ folder: ItemMetadata) throws {
+            let doomed = try ItemMetadata.deletionOrder(of: item) { folder in
                 let kids = try Row.fetchAll(
                     try db.cachedStatement(sql: "SELECT * FROM items WHERE container_key = ? AND parent_id = ? AND deleted = 0"),
                     arguments: [container.key, folder.id.rawValue]
                 ).map(Self.item(from:))
                 if !kids.isEmpty && !recursive { throw StorageError.folderNotEmpty(folder.id) }
-                for kid in kids {
-                    if kid.kind == .folder { try collect(kid) }
-                    doomed.append(kid)
-                }
+                return kids
             }
-            if item.kind == .folder { try collect(item) }
-            doomed.append(item)
             var tombstones: [ItemMetadata] = []
-            for var victim in doomed {
-                victim.deleted = true
-                victim.conflicts = []  // a deleted file's versions go with it
+            for item in doomed {
+                var victim = item.tombstone
                 try Self.commit(&victim, kind: .delete, in: container, db: db)
                 tombstones.append(victim)
             }

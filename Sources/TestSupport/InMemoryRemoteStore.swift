@@ -841,23 +841,16 @@ extension InMemoryRemoteStore.State {
         guard id != .root else { throw Self.refused(.rootIsImmutable, "the root folder cannot be renamed, moved or deleted") }
         if let base, item.revision != base { throw conflict(item) }
         // Children before their folder, as the server writes its tombstones.
-        var doomed: [ItemMetadata] = []
-        func collect(_ folder: ItemMetadata) throws {
+        let doomed = try ItemMetadata.deletionOrder(of: item) { folder in
             let kids = liveChildren(of: folder.id)
             if !kids.isEmpty && !recursive {
                 throw Self.refused(.folderNotEmpty, "folder '\(folder.id)' is not empty; pass recursive=true")
             }
-            for kid in kids {
-                if kid.kind == .folder { try collect(kid) }
-                doomed.append(kid)
-            }
+            return kids
         }
-        if item.kind == .folder { try collect(item) }
-        doomed.append(item)
         var tombstones: [ItemMetadata] = []
-        for var victim in doomed {
-            victim.deleted = true
-            victim.conflicts = []  // a deleted file's versions go with it, as on the server
+        for item in doomed {
+            var victim = item.tombstone
             commit(&victim, kind: .delete)
             tombstones.append(victim)
         }
