@@ -11,6 +11,15 @@ public enum WallClock {
         clock_gettime(CLOCK_REALTIME, &ts)
         return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
     }
+
+    /// `2026-11-26T21:00:00Z`: a time in UTC, ISO 8601, to the second.
+    public static func isoSeconds(_ secondsSince1970: Int) -> String {
+        var t = time_t(secondsSince1970)
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02dZ", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday,
+                      parts.tm_hour, parts.tm_min, parts.tm_sec)
+    }
 }
 
 /// Everything the server knows about one item, except its content. The same value travels on

@@ -1,3 +1,4 @@
+import Foundation
 import ItemModel
 
 /// The `user.ubiq.*` status attributes (docs/SEMANTICS.md, "Extended attributes"), computed
@@ -10,6 +11,8 @@ public struct ItemStatus: Sendable, Equatable {
     public var isUploading: Bool
     public var percentUploaded: Int
     public var hasUnresolvedConflicts: Bool
+    /// The file's conflict versions, oldest edit first.
+    public var conflictVersions: [ConflictVersion]
     public var downloadingError: String?
     public var uploadingError: String?
     public var pinned: Bool
@@ -41,6 +44,7 @@ public struct ItemStatus: Sendable, Equatable {
         isUploading = uploading
         percentUploaded = unsent ? (uploadPercent ?? 0) : 100
         hasUnresolvedConflicts = !item.conflicts.isEmpty
+        conflictVersions = item.conflicts.sorted { ($0.modified, $0.id.rawValue) < ($1.modified, $1.id.rawValue) }
         downloadingError = item.downloadError
         uploadingError = item.uploadError
         pinned = item.pinned
@@ -49,9 +53,10 @@ public struct ItemStatus: Sendable, Equatable {
     }
 
     /// The names `attributes` has, in the same order, knowing only which optional ones are present.
-    public static func names(downloadingError: Bool, uploadingError: Bool, revision: Bool) -> [String] {
+    public static func names(downloadingError: Bool, uploadingError: Bool, revision: Bool, conflictVersions: Bool) -> [String] {
         var out = ["user.ubiq.downloadingStatus", "user.ubiq.isDownloading", "user.ubiq.percentDownloaded", "user.ubiq.isUploaded",
                    "user.ubiq.isUploading", "user.ubiq.percentUploaded", "user.ubiq.hasUnresolvedConflicts"]
+        if conflictVersions { out.append("user.ubiq.conflictVersions") }
         if downloadingError { out.append("user.ubiq.downloadingError") }
         if uploadingError { out.append("user.ubiq.uploadingError") }
         out += ["user.ubiq.pinned", "user.ubiq.itemID"]
@@ -71,11 +76,43 @@ public struct ItemStatus: Sendable, Equatable {
             ("user.ubiq.percentUploaded", String(percentUploaded)),
             ("user.ubiq.hasUnresolvedConflicts", hasUnresolvedConflicts ? "1" : "0"),
         ]
+        if !conflictVersions.isEmpty { out.append(("user.ubiq.conflictVersions", Self.listing(conflictVersions))) }
         if let downloadingError { out.append(("user.ubiq.downloadingError", downloadingError)) }
         if let uploadingError { out.append(("user.ubiq.uploadingError", uploadingError)) }
         out.append(("user.ubiq.pinned", pinned ? "1" : "0"))
         out.append(("user.ubiq.itemID", itemID))
         if let revision { out.append(("user.ubiq.revision", revision)) }
         return out
+    }
+}
+
+extension ItemStatus {
+    /// One version as `user.ubiq.conflictVersions` lists it.
+    public struct VersionEntry: Codable, Equatable, Sendable {
+        public var id: String
+        public var device: String
+        /// The edit's modification time, UTC, ISO 8601 to the second.
+        public var modified: String
+        public var size: Int64
+        public var digest: String
+
+        public init(id: String, device: String, modified: String, size: Int64, digest: String) {
+            self.id = id
+            self.device = device
+            self.modified = modified
+            self.size = size
+            self.digest = digest
+        }
+    }
+
+    /// The value of `user.ubiq.conflictVersions`: a JSON array, one object per version, keys
+    /// sorted, so that scripts read it with any JSON tool and `ubiq versions` prints it.
+    public static func listing(_ versions: [ConflictVersion]) -> String {
+        let entries = versions.map {
+            VersionEntry(id: $0.id.rawValue, device: $0.device, modified: WallClock.isoSeconds(Int($0.modified / 1_000_000_000)), size: $0.size, digest: $0.digest.hex)
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: (try? encoder.encode(entries)) ?? Data("[]".utf8), as: UTF8.self)
     }
 }

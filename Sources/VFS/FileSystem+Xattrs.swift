@@ -27,7 +27,8 @@ extension FileSystem {
     /// attributes of every file they copy or show).
     public func listXattrs(_ ino: Int64) throws(FSError) -> [String] {
         let item = try item(ino)
-        var names = ItemStatus.names(downloadingError: item.downloadError != nil, uploadingError: item.uploadError != nil, revision: item.revision != nil)
+        var names = ItemStatus.names(downloadingError: item.downloadError != nil, uploadingError: item.uploadError != nil, revision: item.revision != nil,
+                                       conflictVersions: !item.conflicts.isEmpty)
         if ino == LocalItem.rootIno { names.append("user.ubiq.identityToken") }
         names += item.xattrs.keys.sorted()
         return names

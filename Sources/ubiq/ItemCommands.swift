@@ -15,7 +15,10 @@ func c_setxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ va
 
 enum Xattr {
     static func get(_ path: String, _ name: String) -> String? {
-        var buffer = [UInt8](repeating: 0, count: 4096)
+        // Asks for the size first: a list of conflict versions may be longer than a page.
+        let size = c_getxattr(path, name, nil, 0)
+        guard size >= 0 else { return nil }
+        var buffer = [UInt8](repeating: 0, count: max(size, 1))
         let n = c_getxattr(path, name, &buffer, buffer.count)
         guard n >= 0 else { return nil }
         return String(decoding: buffer.prefix(n), as: UTF8.self)

@@ -44,6 +44,33 @@ import Testing
             #expect(item.conflicts.map(\.digest) == [sha256(Data(loser.utf8))])
             #expect(item.conflicts.first?.device == edits[loser])
             #expect(item.conflicts.first?.size == Int64(loser.utf8.count))
+
+            // Each device lists the versions, from its own state (nothing is downloaded).
+            let version = try #require(item.conflicts.first)
+            for device in [a, b] {
+                let listed = try await device.ubiq(["versions", device.mountpoint + "/notes.txt", "--json"])
+                #expect(listed.status == 0, "\(listed.stderr)")
+                let lines = listed.stdout.split(separator: "\n").map { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+                #expect(lines.count == 2, "the current version and one conflict version: \(listed.stdout)")
+                #expect(lines.first??["version"] as? String == "current")
+                #expect(lines.first??["size"] as? Int == current.utf8.count)
+                #expect(lines.last??["version"] as? String == version.id.rawValue)
+                #expect(lines.last??["device"] as? String == version.device)
+                #expect(lines.last??["size"] as? Int == Int(version.size))
+                #expect(lines.last??["digest"] as? String == version.digest.hex)
+                let plain = try await device.ubiq(["versions", device.mountpoint + "/notes.txt"])
+                #expect(plain.status == 0 && plain.stdout.contains("from \(version.device)"), "\(plain.stdout)")
+                let attribute = try #require(try await device.xattr("notes.txt", "user.ubiq.conflictVersions"))
+                #expect(attribute.contains(version.id.rawValue), "\(attribute)")
+            }
+
+            // Bad input: a folder, a path outside any mount, no path at all.
+            try await a.must(#"mkdir "$M/folder""#)
+            let folder = try await a.ubiq(["versions", a.mountpoint + "/folder"])
+            #expect(folder.status == 1 && folder.stderr.contains("not a file"), "\(folder)")
+            let outside = try await a.ubiq(["versions", "/tmp"])
+            #expect(outside.status == 1 && outside.stderr.contains("not inside a ubiq mount"), "\(outside)")
+            #expect(try await a.ubiq(["versions"]).status == 2)
         }
     }
 }

@@ -227,6 +227,15 @@ struct ConflictTests {
             #expect(try h.pending(ino).isEmpty, "nothing stays queued")
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
             #expect(try h.xattr(ino, "user.ubiq.uploadingError") == nil)
+            // The versions as the file's attribute lists them, and the attribute only while there are any.
+            let listed = try #require(try h.xattr(ino, "user.ubiq.conflictVersions"))
+            let version = try #require(server.conflicts.first)
+            let entries = try JSONDecoder().decode([ItemStatus.VersionEntry].self, from: Data(listed.utf8))
+            #expect(entries == [ItemStatus.VersionEntry(
+                id: version.id.rawValue, device: "test-device", modified: WallClock.isoSeconds(Int(version.modified / 1_000_000_000)),
+                size: Int64(mine.count), digest: sha(mine).hex)])
+            #expect(try h.fs.listXattrs(ino).contains("user.ubiq.conflictVersions"))
+            #expect(try !h.fs.listXattrs(rootIno).contains("user.ubiq.conflictVersions"))
             #expect(try await h.read(ino) == theirs, "this device shows the server's version again")
         }
     }
