@@ -31,6 +31,18 @@ extension ConflictVersion {
     public static func isValidDevice(_ name: String) -> Bool { (1...maxDeviceBytes).contains(name.utf8.count) }
 }
 
+/// A choice among a file's conflict versions made on a device, until the server has it: the
+/// versions seen when it was made go (`settled`), and `keep`, one of them, becomes current
+/// (nil keeps the current content). A version that arrives later is in neither and stays.
+public struct ConflictResolution: Codable, Hashable, Sendable {
+    public var settled: Set<ItemID>
+    public var keep: ItemID?
+    public init(settled: Set<ItemID>, keep: ItemID?) {
+        self.settled = settled
+        self.keep = keep
+    }
+}
+
 /// A resolution named a conflict version the file does not have.
 public struct UnknownConflictVersion: Error, Equatable, Sendable {
     public let id: ItemID

@@ -20,13 +20,14 @@ public struct ItemStatus: Sendable, Equatable {
     public var revision: String?
 
     public static let prefix = "user.ubiq."
-    public static let writable: Set<String> = ["user.ubiq.pinned", "user.ubiq.downloadingStatus"]
+    public static let writable: Set<String> = ["user.ubiq.pinned", "user.ubiq.downloadingStatus", "user.ubiq.resolve"]
 
     /// - Parameters:
     ///   - pendingOps: changes of this item still in the outbox.
     ///   - downloadPercent: progress of a running download, nil when none runs.
     ///   - uploading / uploadPercent: whether the outbox is sending this item right now.
-    public init(item: LocalItem, excluded: Bool, pendingOps: Int, downloadPercent: Int?, uploading: Bool, uploadPercent: Int?) {
+    ///   - settledHere: conflict versions a resolution chosen here drops, before the server has it.
+    public init(item: LocalItem, excluded: Bool, pendingOps: Int, downloadPercent: Int?, uploading: Bool, uploadPercent: Int?, settledHere: Set<ItemID> = []) {
         let local = item.kind == .folder || item.content.isWhole
         if excluded {
             downloadingStatus = "excluded"
@@ -43,8 +44,8 @@ public struct ItemStatus: Sendable, Equatable {
         isUploaded = !unsent
         isUploading = uploading
         percentUploaded = unsent ? (uploadPercent ?? 0) : 100
-        hasUnresolvedConflicts = !item.conflicts.isEmpty
-        conflictVersions = item.conflicts.sorted { ($0.modified, $0.id.rawValue) < ($1.modified, $1.id.rawValue) }
+        conflictVersions = item.conflicts.filter { !settledHere.contains($0.id) }.sorted { ($0.modified, $0.id.rawValue) < ($1.modified, $1.id.rawValue) }
+        hasUnresolvedConflicts = !conflictVersions.isEmpty
         downloadingError = item.downloadError
         uploadingError = item.uploadError
         pinned = item.pinned

@@ -113,6 +113,8 @@ public enum OutboxOp: String, Sendable, Codable, Hashable {
     case xattrs
     /// Delete the item on the server (the local row is already gone).
     case delete
+    /// Send the resolution of the file's conflicts chosen here (`LocalReader.resolution(of:)`).
+    case resolve
 }
 
 public struct OutboxEntry: Sendable, Hashable {

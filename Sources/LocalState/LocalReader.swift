@@ -218,6 +218,16 @@ public struct LocalReader {
             .map { (Revision($0["revision"]), $0["json"]) }
     }
 
+    /// The resolution of the file's conflicts chosen here and not yet on the server.
+    public func resolution(of ino: Int64) throws -> ConflictResolution? {
+        guard let json = try Data.fetchOne(try db.cachedStatement(sql: "SELECT json FROM resolutions WHERE ino = ?"), arguments: [ino]) else {
+            return nil
+        }
+        do { return try JSONDecoder().decode(ConflictResolution.self, from: json) } catch {
+            throw LocalStoreError.undecodable(table: "resolutions", key: ino, column: "json", value: String(decoding: json.prefix(80), as: UTF8.self))
+        }
+    }
+
     public func itemsWithHeldChanges() throws -> [ItemID] {
         try String.fetchAll(try db.cachedStatement(sql: "SELECT item_id FROM held_changes")).map { ItemID($0) }
     }

@@ -50,6 +50,7 @@ public struct LocalWriter {
     public func delete(_ ino: Int64) throws {
         try db.cachedStatement(sql: "DELETE FROM items WHERE ino = ?").execute(arguments: [ino])
         try db.cachedStatement(sql: "DELETE FROM xattr_changes WHERE ino = ?").execute(arguments: [ino])
+        try db.cachedStatement(sql: "DELETE FROM resolutions WHERE ino = ?").execute(arguments: [ino])
     }
 
     /// Records that the synced attribute `name` of `ino` was set or removed on this device.
@@ -152,6 +153,16 @@ public struct LocalWriter {
     public func holdChange(_ id: ItemID, revision: Revision, json: Data) throws {
         try db.cachedStatement(sql: "INSERT OR REPLACE INTO held_changes (item_id, revision, json) VALUES (?, ?, ?)").execute(
             arguments: [id.rawValue, revision.rawValue, json])
+    }
+
+    /// Records (or with nil, forgets) the resolution of the file's conflicts chosen here.
+    public func setResolution(_ ino: Int64, _ resolution: ConflictResolution?) throws {
+        if let resolution {
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO resolutions (ino, json) VALUES (?, ?)").execute(
+                arguments: [ino, try JSONEncoder().encode(resolution)])
+        } else {
+            try db.cachedStatement(sql: "DELETE FROM resolutions WHERE ino = ?").execute(arguments: [ino])
+        }
     }
 
     public func dropHeldChange(_ id: ItemID) throws {

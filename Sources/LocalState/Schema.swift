@@ -115,6 +115,10 @@ extension LocalStore {
             // JSON of the server's unresolved conflict versions of the file; NULL when none.
             try db.execute(sql: "ALTER TABLE items ADD COLUMN conflicts BLOB")
         }
+        m.registerMigration("v10: conflict resolutions on their way") { db in
+            // A resolution chosen here (JSON of ConflictResolution) until the server has it.
+            try db.execute(sql: "CREATE TABLE resolutions (ino INTEGER PRIMARY KEY, json BLOB NOT NULL)")
+        }
         return m
     }
 }

@@ -354,6 +354,15 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
             try remote.mutate { s in try s.setXattrs(id, SetXattrsRequest(baseRevision: nil, xattrs: xattrs)) }
         }
 
+        /// Resolves every conflict version the file has now, keeping `keep` (nil: the current content).
+        @discardableResult
+        public func resolveConflicts(_ id: ItemID, keep: ItemID?) throws -> ItemMetadata {
+            try remote.mutate { s in
+                let item = try s.requireLive(id)
+                return try s.resolveConflicts(id, ResolveConflictsRequest(baseRevision: item.revision, settled: item.conflicts.map(\.id), keep: keep))
+            }
+        }
+
         @discardableResult
         public func delete(_ id: ItemID, recursive: Bool = false) throws -> [ItemMetadata] {
             try remote.mutate { s in

@@ -28,20 +28,29 @@ extension FileSystem {
     public func listXattrs(_ ino: Int64) throws(FSError) -> [String] {
         let item = try item(ino)
         var names = ItemStatus.names(downloadingError: item.downloadError != nil, uploadingError: item.uploadError != nil, revision: item.revision != nil,
-                                       conflictVersions: !item.conflicts.isEmpty)
+                                       conflictVersions: !unsettledConflicts(of: item).isEmpty)
         if ino == LocalItem.rootIno { names.append("user.ubiq.identityToken") }
         names += item.xattrs.keys.sorted()
         return names
     }
 
+    /// The file's conflict versions, but for those a resolution chosen here drops.
+    func unsettledConflicts(of item: LocalItem) -> [ConflictVersion] {
+        // Nearly every file has none: no query for those.
+        guard !item.conflicts.isEmpty else { return [] }
+        let settled = (try? store.read { try $0.resolution(of: item.ino) })??.settled ?? []
+        return item.conflicts.filter { !settled.contains($0.id) }
+    }
+
     public func status(of item: LocalItem) -> ItemStatus {
         let excluded = (try? store.read { try $0.isExcluded(item.ino) }) ?? false
+        let settled = item.conflicts.isEmpty ? [] : ((try? store.read { try $0.resolution(of: item.ino) })??.settled ?? [])
         let pending = (try? store.read { try $0.pendingOps(for: item.ino) }) ?? 0
         let upload = openFiles.upload(item.ino)
         var item = item
         if let l = openFiles.beingWritten(item.ino) { item.size = l.size }
         return ItemStatus(item: item, excluded: excluded, pendingOps: pending, downloadPercent: content.downloadPercent(item.ino),
-                          uploading: upload.uploading, uploadPercent: upload.percent)
+                          uploading: upload.uploading, uploadPercent: upload.percent, settledHere: settled)
     }
 
     public func setXattr(_ ino: Int64, name: String, value: [UInt8], create: Bool, replace: Bool) throws(FSError) {
@@ -57,6 +66,8 @@ extension FileSystem {
                 case ("user.ubiq.pinned", "0"): try content.setPinned(ino, false)
                 case ("user.ubiq.downloadingStatus", "current"): try content.startDownload(ino)
                 case ("user.ubiq.downloadingStatus", "notDownloaded"): try content.evict(ino)
+                case ("user.ubiq.resolve", "keep-current"): try resolveConflicts(ino, keep: nil)
+                case ("user.ubiq.resolve", let choice) where choice.hasPrefix("keep:"): try resolveConflicts(ino, keep: ItemID(String(choice.dropFirst(5))))
                 default: throw FSError.invalidArgument
                 }
             } catch let e as FSError {
@@ -93,6 +104,23 @@ extension FileSystem {
             item.changed = Self.now()
             try w.update(item)
             try queueXattrChange(item, name: name, w)
+        })
+        content.outboxChanged()
+    }
+
+    /// Resolves the file's conflicts as this device sees them: every version it lists goes, and
+    /// `keep` (one of them) becomes current; nil keeps the current content. Queued for the
+    /// server, and shown at once. A file without conflict versions, or a `keep` it does not
+    /// have, is `EINVAL`.
+    func resolveConflicts(_ ino: Int64, keep: ItemID?) throws(FSError) {
+        try commit(Rerunnable { w in
+            guard let item = try w.reader.item(ino) else { throw FSError.notFound }
+            let settled = try w.reader.resolution(of: ino)?.settled ?? []
+            let open = item.conflicts.filter { !settled.contains($0.id) }
+            guard item.kind == .file, !open.isEmpty else { throw FSError.invalidArgument }
+            if let keep, !open.contains(where: { $0.id == keep }) { throw FSError.invalidArgument }
+            try w.setResolution(ino, ConflictResolution(settled: settled.union(open.map(\.id)), keep: keep))
+            try w.enqueue(.resolve, ino: ino)
         })
         content.outboxChanged()
     }

@@ -20,16 +20,8 @@ struct Versions: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let absolute = try requireInMount(path)
-        var info = stat()
-        guard stat(absolute, &info) == 0 else { throw Failure("\(path): \(String(cString: strerror(errno)))") }
-        guard (info.st_mode & S_IFMT) == S_IFREG else { throw Failure("\(path) is not a file: only files have versions") }
-        var versions: [Entry] = []
-        if let listing = Xattr.get(absolute, "user.ubiq.conflictVersions") {
-            do { versions = try JSONDecoder().decode([Entry].self, from: Data(listing.utf8)) } catch {
-                throw Failure("\(path): the mount lists its versions in a form this ubiq does not read: \(error)")
-            }
-        }
+        let (absolute, info) = try Self.file(path)
+        let versions = try Self.conflictVersions(of: absolute, shownAs: path)
         let current = (modified: WallClock.isoSeconds(info.st_mtim.tv_sec), size: Int64(info.st_size))
         if json {
             print(jsonLine(["path": path, "version": "current", "modified": current.modified, "size": current.size]))
@@ -42,8 +34,49 @@ struct Versions: AsyncParsableCommand {
         for v in versions { print(Self.row(v.id, "from \(v.device)", v.modified, v.size)) }
     }
 
+    /// A file inside a mount, with its `stat`; exit 1 for anything else.
+    static func file(_ path: String) throws -> (String, stat) {
+        let absolute = try requireInMount(path)
+        var info = stat()
+        guard stat(absolute, &info) == 0 else { throw Failure("\(path): \(String(cString: strerror(errno)))") }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw Failure("\(path) is not a file: only files have versions") }
+        return (absolute, info)
+    }
+
+    static func conflictVersions(of absolute: String, shownAs path: String) throws -> [Entry] {
+        guard let listing = Xattr.get(absolute, "user.ubiq.conflictVersions") else { return [] }
+        do { return try JSONDecoder().decode([Entry].self, from: Data(listing.utf8)) } catch {
+            throw Failure("\(path): the mount lists its versions in a form this ubiq does not read: \(error)")
+        }
+    }
+
     static func row(_ version: String, _ origin: String, _ modified: String, _ size: Int64) -> String {
         func padded(_ s: String, _ width: Int) -> String { s.count >= width ? s : s + String(repeating: " ", count: width - s.count) }
         return padded(version, 32) + "  " + padded(origin, 20) + "  " + modified + "  " + "\(size) bytes"
+    }
+}
+
+/// `ubiq resolve PATH --keep-current | --keep VERSION`: written to the file's
+/// `user.ubiq.resolve` attribute; the mount sends it, and the flag clears at once here and on
+/// every device once the server has it.
+struct Resolve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Resolve a file's conflict: keep the current version, or make one conflict version current.")
+    @Argument(help: "A file inside a mount.") var path: String
+    @Flag(help: "Keep the current version; the conflict versions go.") var keepCurrent = false
+    @Option(name: .customLong("keep"), help: "Make this version (an identifier `ubiq versions` lists) current; the others go.") var version: String?
+
+    func validate() throws {
+        guard keepCurrent != (version != nil) else { throw ValidationError("give exactly one of --keep-current and --keep VERSION") }
+    }
+
+    func run() async throws {
+        let (absolute, _) = try Versions.file(path)
+        let versions = try Versions.conflictVersions(of: absolute, shownAs: path)
+        guard !versions.isEmpty else { throw Failure("\(path) has no conflict versions") }
+        if let version, !versions.contains(where: { $0.id == version }) {
+            throw Failure("\(path) has no version \(version) (`ubiq versions \(path)` lists them)")
+        }
+        let rc = Xattr.set(absolute, "user.ubiq.resolve", version.map { "keep:" + $0 } ?? "keep-current")
+        guard rc == 0 else { throw Failure("\(path): cannot resolve: \(String(cString: strerror(rc)))") }
     }
 }

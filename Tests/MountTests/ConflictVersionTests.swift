@@ -71,6 +71,28 @@ import Testing
             let outside = try await a.ubiq(["versions", "/tmp"])
             #expect(outside.status == 1 && outside.stderr.contains("not inside a ubiq mount"), "\(outside)")
             #expect(try await a.ubiq(["versions"]).status == 2)
+
+            // Resolved on B by keeping the conflict version: it becomes current on both devices,
+            // and the flag clears on both.
+            let notes = b.mountpoint + "/notes.txt"
+            #expect(try await b.ubiq(["resolve", notes]).status == 2, "neither option")
+            #expect(try await b.ubiq(["resolve", notes, "--keep-current", "--keep", version.id.rawValue]).status == 2, "both options")
+            let unknown = try await b.ubiq(["resolve", notes, "--keep", String(repeating: "0", count: 32)])
+            #expect(unknown.status == 1 && unknown.stderr.contains("has no version"), "\(unknown)")
+            let resolved = try await b.ubiq(["resolve", notes, "--keep", version.id.rawValue])
+            #expect(resolved.status == 0, "\(resolved.stderr)")
+            for device in [a, b] {
+                try await eventually(timeout: .seconds(20), "\(device.name) to show the resolution") {
+                    let flag = try await device.xattr("notes.txt", "user.ubiq.hasUnresolvedConflicts")
+                    let uploaded = try await device.xattr("notes.txt", "user.ubiq.isUploaded")
+                    let text = try await device.sh(#"cat "$M/notes.txt""#).stdout
+                    return flag == "0" && uploaded == "1" && text == loser
+                }
+                #expect(try await device.xattr("notes.txt", "user.ubiq.conflictVersions") == nil)
+            }
+            #expect(try await serverItem(server, named: "notes.txt")?.conflicts.isEmpty == true)
+            let nothingLeft = try await a.ubiq(["resolve", a.mountpoint + "/notes.txt", "--keep-current"])
+            #expect(nothingLeft.status == 1 && nothingLeft.stderr.contains("has no conflict versions"), "\(nothingLeft)")
         }
     }
 }

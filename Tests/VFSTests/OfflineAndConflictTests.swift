@@ -244,6 +244,86 @@ struct ConflictTests {
     /// Regression of an earlier shape: the metadata change was rebased onto the server's
     /// revision, and the edit, which waited with that revision as its base, then went up over
     /// the other device's version, with no conflict shown.
+    @Test("a conflict resolved here: the flag clears at once, the server drops the version, and a kept version becomes current everywhere", arguments: [false, true])
+    func resolvedHere(keepVersion: Bool) async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let theirs = Array("the other device's edit".utf8)
+        let mine = Array("this device's edit".utf8)
+        let ino = try h.writeNewFile("shared.txt", Array("base".utf8))
+        func resolve(_ value: String) throws {
+            try h.fs.setXattr(ino, name: "user.ubiq.resolve", value: Array(value.utf8), create: false, replace: false)
+        }
+        try await h.running {
+            try await h.settled()
+            let id = try #require(h.remote.item(atPath: "/shared.txt")).id
+            #expect(errnoOf { try resolve("keep-current") } == EINVAL, "nothing to resolve")
+
+            h.remote.isOnline = false
+            try h.remote.otherDevice.updateContent(id, to: theirs)
+            try await h.overwrite(ino, mine)
+            h.remote.isOnline = true
+            try await eventually("the edit to be kept as a conflict version") { try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1" }
+            try await h.settled("the conflict version")
+            let version = try #require(h.remote.item(atPath: "/shared.txt")?.conflicts.first)
+            #expect(errnoOf { try resolve("keep:" + String(repeating: "0", count: 32)) } == EINVAL, "a version the file does not have")
+            for bad in ["keep", "keep-both", "", "Keep-current"] { #expect(errnoOf { try resolve(bad) } == EINVAL, "'\(bad)'") }
+            #expect(errnoOf { try h.fs.getXattr(ino, name: "user.ubiq.resolve") } == ENODATA, "a request, not a state")
+
+            // Chosen while away from the server: shown at once, sent later.
+            h.remote.isOnline = false
+            try resolve(keepVersion ? "keep:\(version.id.rawValue)" : "keep-current")
+            #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
+            #expect(try h.xattr(ino, "user.ubiq.conflictVersions") == nil)
+            #expect(try !h.fs.listXattrs(ino).contains("user.ubiq.conflictVersions"))
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0", "the resolution is on its way")
+            #expect(try h.pending(ino) == [.resolve])
+            h.remote.isOnline = true
+
+            try await h.settled("the resolution")
+            let server = try #require(h.remote.item(atPath: "/shared.txt"))
+            #expect(server.conflicts.isEmpty, "the server dropped the version")
+            #expect(h.remote.content(of: id) == (keepVersion ? mine : theirs))
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
+            #expect(try await h.read(ino) == (keepVersion ? mine : theirs))
+        }
+    }
+
+    @Test("two devices resolve one conflict at once: the first resolution to reach the server wins, and the second settles on it")
+    func resolvedOnTwoDevicesAtOnce() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let theirs = Array("the other device's edit".utf8)
+        let mine = Array("this device's edit".utf8)
+        let ino = try h.writeNewFile("shared.txt", Array("base".utf8))
+        try await h.running {
+            try await h.settled()
+            let id = try #require(h.remote.item(atPath: "/shared.txt")).id
+            h.remote.isOnline = false
+            try h.remote.otherDevice.updateContent(id, to: theirs)
+            try await h.overwrite(ino, mine)
+            h.remote.isOnline = true
+            try await eventually("the edit to be kept as a conflict version") { try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1" }
+            try await h.settled("the conflict version")
+            let version = try #require(h.remote.item(atPath: "/shared.txt")?.conflicts.first)
+
+            // This device keeps its edit while away; the other keeps the current content first.
+            h.remote.isOnline = false
+            try h.fs.setXattr(ino, name: "user.ubiq.resolve", value: Array("keep:\(version.id.rawValue)".utf8), create: false, replace: false)
+            try h.remote.otherDevice.resolveConflicts(id, keep: nil)
+            h.remote.isOnline = true
+
+            try await h.settled("the second resolution to settle")
+            let server = try #require(h.remote.item(atPath: "/shared.txt"))
+            #expect(server.conflicts.isEmpty)
+            #expect(h.remote.content(of: id) == theirs, "the first resolution stands")
+            #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(try await h.read(ino) == theirs)
+        }
+    }
+
     @Test("a conflicted edit, then a chmod, a touch and a rename here: the edit becomes a conflict version and the rest reaches the server")
     func metadataChangeOfAConflictedEdit() async throws {
         let h = try Harness()

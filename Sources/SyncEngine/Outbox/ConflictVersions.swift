@@ -61,3 +61,37 @@ extension SyncEngine {
         return label.isEmpty ? "device" : label
     }
 }
+
+extension SyncEngine {
+    /// Sends the resolution chosen here, as far as the server still has the versions it names:
+    /// a version another device resolved meanwhile is that device's choice, and a `keep` gone
+    /// that way leaves the current content. A refusal for a changed revision or a version gone
+    /// takes the server's state and goes again; the answer clears the resolution with the
+    /// revision it made.
+    func sendResolution(_ item: LocalItem) async throws -> Outcome {
+        guard let base = item.revision, let chosen = try store.read({ try $0.resolution(of: item.ino) }) else { return .done }
+        let still = Set(item.conflicts.map(\.id))
+        let settled = chosen.settled.intersection(still)
+        let keep = chosen.keep.flatMap { still.contains($0) ? $0 : nil }
+        guard !settled.isEmpty else {
+            try store.write { w in try w.setResolution(item.ino, nil) }
+            return .done
+        }
+        do {
+            let result = try await remote.resolveConflicts(item.itemID, ResolveConflictsRequest(baseRevision: base, settled: settled.sorted { $0.rawValue < $1.rawValue }, keep: keep))
+            runAfterCommit(try store.write { w in
+                var effects = EffectsAfterCommit()
+                try adoptMetadata(item.ino, result, sentFrom: base, w, &effects)
+                try w.setResolution(item.ino, nil)
+                return effects
+            })
+            observer.invalidate([.inode(item.ino)])
+            return .done
+        } catch let RemoteError.refused(code, _, current) where code == .revisionConflict || code == .versionNotFound {
+            let server: ItemMetadata
+            if let current { server = current } else { server = try await remote.item(item.itemID) }
+            try rebase(item.ino, on: server)
+            return .again
+        }
+    }
+}

@@ -142,6 +142,8 @@ extension SyncEngine {
             } catch let RemoteError.refused(code, _, _) where code == .invalidMove && entry.op == .move {
                 return try await keepServerFolder(item)
             }
+        case .resolve:
+            return try await sendResolution(item)
         case .delete:
             return .done
         }
