@@ -31,6 +31,24 @@ extension ConflictVersion {
     public static func isValidDevice(_ name: String) -> Bool { (1...maxDeviceBytes).contains(name.utf8.count) }
 }
 
+/// One version as the mount lists it in `user.ubiq.conflictVersions` and `ubiq versions` reads
+/// it: text a script can use, the time in UTC, ISO 8601 to the second.
+public struct ConflictVersionEntry: Codable, Equatable, Sendable {
+    public var id: String
+    public var device: String
+    public var modified: String
+    public var size: Int64
+    public var digest: String
+
+    public init(_ version: ConflictVersion) {
+        id = version.id.rawValue
+        device = version.device
+        modified = WallClock.isoSeconds(Int(version.modified / 1_000_000_000))
+        size = version.size
+        digest = version.digest.hex
+    }
+}
+
 /// A choice among a file's conflict versions made on a device, until the server has it: the
 /// versions seen when it was made go (`settled`), and `keep`, one of them, becomes current
 /// (nil keeps the current content). A version that arrives later is in neither and stays.

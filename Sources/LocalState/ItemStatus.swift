@@ -88,32 +88,11 @@ public struct ItemStatus: Sendable, Equatable {
 }
 
 extension ItemStatus {
-    /// One version as `user.ubiq.conflictVersions` lists it.
-    public struct VersionEntry: Codable, Equatable, Sendable {
-        public var id: String
-        public var device: String
-        /// The edit's modification time, UTC, ISO 8601 to the second.
-        public var modified: String
-        public var size: Int64
-        public var digest: String
-
-        public init(id: String, device: String, modified: String, size: Int64, digest: String) {
-            self.id = id
-            self.device = device
-            self.modified = modified
-            self.size = size
-            self.digest = digest
-        }
-    }
-
     /// The value of `user.ubiq.conflictVersions`: a JSON array, one object per version, keys
     /// sorted, so that scripts read it with any JSON tool and `ubiq versions` prints it.
     public static func listing(_ versions: [ConflictVersion]) -> String {
-        let entries = versions.map {
-            VersionEntry(id: $0.id.rawValue, device: $0.device, modified: WallClock.isoSeconds(Int($0.modified / 1_000_000_000)), size: $0.size, digest: $0.digest.hex)
-        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: (try? encoder.encode(entries)) ?? Data("[]".utf8), as: UTF8.self)
+        return String(decoding: (try? encoder.encode(versions.map(ConflictVersionEntry.init))) ?? Data("[]".utf8), as: UTF8.self)
     }
 }

@@ -28,29 +28,32 @@ extension FileSystem {
     public func listXattrs(_ ino: Int64) throws(FSError) -> [String] {
         let item = try item(ino)
         var names = ItemStatus.names(downloadingError: item.downloadError != nil, uploadingError: item.uploadError != nil, revision: item.revision != nil,
-                                       conflictVersions: !unsettledConflicts(of: item).isEmpty)
+                                       conflictVersions: hasUnsettledConflicts(item))
         if ino == LocalItem.rootIno { names.append("user.ubiq.identityToken") }
         names += item.xattrs.keys.sorted()
         return names
     }
 
-    /// The file's conflict versions, but for those a resolution chosen here drops.
-    func unsettledConflicts(of item: LocalItem) -> [ConflictVersion] {
-        // Nearly every file has none: no query for those.
+    /// The conflict versions a resolution chosen here drops, before the server has it.
+    func settledHere(_ item: LocalItem) -> Set<ItemID> {
+        // Nearly every file has no versions: no query for those.
         guard !item.conflicts.isEmpty else { return [] }
-        let settled = (try? store.read { try $0.resolution(of: item.ino) })??.settled ?? []
-        return item.conflicts.filter { !settled.contains($0.id) }
+        return (try? store.read { try $0.resolution(of: item.ino) })??.settled ?? []
+    }
+
+    func hasUnsettledConflicts(_ item: LocalItem) -> Bool {
+        let settled = settledHere(item)
+        return item.conflicts.contains { !settled.contains($0.id) }
     }
 
     public func status(of item: LocalItem) -> ItemStatus {
         let excluded = (try? store.read { try $0.isExcluded(item.ino) }) ?? false
-        let settled = item.conflicts.isEmpty ? [] : ((try? store.read { try $0.resolution(of: item.ino) })??.settled ?? [])
         let pending = (try? store.read { try $0.pendingOps(for: item.ino) }) ?? 0
         let upload = openFiles.upload(item.ino)
         var item = item
         if let l = openFiles.beingWritten(item.ino) { item.size = l.size }
         return ItemStatus(item: item, excluded: excluded, pendingOps: pending, downloadPercent: content.downloadPercent(item.ino),
-                          uploading: upload.uploading, uploadPercent: upload.percent, settledHere: settled)
+                          uploading: upload.uploading, uploadPercent: upload.percent, settledHere: settledHere(item))
     }
 
     public func setXattr(_ ino: Int64, name: String, value: [UInt8], create: Bool, replace: Bool) throws(FSError) {

@@ -10,15 +10,6 @@ struct Versions: AsyncParsableCommand {
     @Argument(help: "A file inside a mount.") var path: String
     @Flag(help: "One JSON object per line.") var json = false
 
-    /// One entry of `user.ubiq.conflictVersions`, as the mount writes it.
-    struct Entry: Decodable {
-        var id: String
-        var device: String
-        var modified: String
-        var size: Int64
-        var digest: String
-    }
-
     func run() async throws {
         let (absolute, info) = try Self.file(path)
         let versions = try Self.conflictVersions(of: absolute, shownAs: path)
@@ -43,9 +34,9 @@ struct Versions: AsyncParsableCommand {
         return (absolute, info)
     }
 
-    static func conflictVersions(of absolute: String, shownAs path: String) throws -> [Entry] {
+    static func conflictVersions(of absolute: String, shownAs path: String) throws -> [ConflictVersionEntry] {
         guard let listing = Xattr.get(absolute, "user.ubiq.conflictVersions") else { return [] }
-        do { return try JSONDecoder().decode([Entry].self, from: Data(listing.utf8)) } catch {
+        do { return try JSONDecoder().decode([ConflictVersionEntry].self, from: Data(listing.utf8)) } catch {
             throw Failure("\(path): the mount lists its versions in a form this ubiq does not read: \(error)")
         }
     }

@@ -230,10 +230,10 @@ struct ConflictTests {
             // The versions as the file's attribute lists them, and the attribute only while there are any.
             let listed = try #require(try h.xattr(ino, "user.ubiq.conflictVersions"))
             let version = try #require(server.conflicts.first)
-            let entries = try JSONDecoder().decode([ItemStatus.VersionEntry].self, from: Data(listed.utf8))
-            #expect(entries == [ItemStatus.VersionEntry(
-                id: version.id.rawValue, device: "test-device", modified: WallClock.isoSeconds(Int(version.modified / 1_000_000_000)),
-                size: Int64(mine.count), digest: sha(mine).hex)])
+            let entries = try JSONDecoder().decode([ConflictVersionEntry].self, from: Data(listed.utf8))
+            #expect(entries.map(\.id) == [version.id.rawValue] && entries.map(\.device) == ["test-device"])
+            #expect(entries.map(\.modified) == [WallClock.isoSeconds(Int(version.modified / 1_000_000_000))])
+            #expect(entries.map(\.size) == [Int64(mine.count)] && entries.map(\.digest) == [sha(mine).hex])
             #expect(try h.fs.listXattrs(ino).contains("user.ubiq.conflictVersions"))
             #expect(try !h.fs.listXattrs(rootIno).contains("user.ubiq.conflictVersions"))
             #expect(try await h.read(ino) == theirs, "this device shows the server's version again")
@@ -256,16 +256,8 @@ struct ConflictTests {
         }
         try await h.running {
             try await h.settled()
-            let id = try #require(h.remote.item(atPath: "/shared.txt")).id
             #expect(errnoOf { try resolve("keep-current") } == EINVAL, "nothing to resolve")
-
-            h.remote.isOnline = false
-            try h.remote.otherDevice.updateContent(id, to: theirs)
-            try await h.overwrite(ino, mine)
-            h.remote.isOnline = true
-            try await eventually("the edit to be kept as a conflict version") { try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1" }
-            try await h.settled("the conflict version")
-            let version = try #require(h.remote.item(atPath: "/shared.txt")?.conflicts.first)
+            let (id, version) = try await keptAsConflictVersion(h, ino, theirs: theirs, mine: mine)
             #expect(errnoOf { try resolve("keep:" + String(repeating: "0", count: 32)) } == EINVAL, "a version the file does not have")
             for bad in ["keep", "keep-both", "", "Keep-current"] { #expect(errnoOf { try resolve(bad) } == EINVAL, "'\(bad)'") }
             #expect(errnoOf { try h.fs.getXattr(ino, name: "user.ubiq.resolve") } == ENODATA, "a request, not a state")
@@ -298,15 +290,7 @@ struct ConflictTests {
         let mine = Array("this device's edit".utf8)
         let ino = try h.writeNewFile("shared.txt", Array("base".utf8))
         try await h.running {
-            try await h.settled()
-            let id = try #require(h.remote.item(atPath: "/shared.txt")).id
-            h.remote.isOnline = false
-            try h.remote.otherDevice.updateContent(id, to: theirs)
-            try await h.overwrite(ino, mine)
-            h.remote.isOnline = true
-            try await eventually("the edit to be kept as a conflict version") { try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1" }
-            try await h.settled("the conflict version")
-            let version = try #require(h.remote.item(atPath: "/shared.txt")?.conflicts.first)
+            let (id, version) = try await keptAsConflictVersion(h, ino, theirs: theirs, mine: mine)
 
             // This device keeps its edit while away; the other keeps the current content first.
             h.remote.isOnline = false
@@ -633,4 +617,19 @@ struct ConflictTests {
             }
         }
     }
+}
+
+/// `/shared.txt` (`ino`) edited offline here (`mine`) and on another device (`theirs`), from
+/// the same version: the other edit is current, this one is kept as a conflict version, and
+/// everything is settled. Returns the file's ID and the version.
+func keptAsConflictVersion(_ h: Harness, _ ino: Int64, theirs: [UInt8], mine: [UInt8]) async throws -> (ItemID, ConflictVersion) {
+    try await h.settled()
+    let id = try #require(h.remote.item(atPath: "/shared.txt")).id
+    h.remote.isOnline = false
+    try h.remote.otherDevice.updateContent(id, to: theirs)
+    try await h.overwrite(ino, mine)
+    h.remote.isOnline = true
+    try await eventually("the edit to be kept as a conflict version") { try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1" }
+    try await h.settled("the conflict version")
+    return (id, try #require(h.remote.item(atPath: "/shared.txt")?.conflicts.first))
 }
