@@ -167,9 +167,11 @@ public struct LocalReader {
         try items("SELECT * FROM items WHERE content = 'dirty' AND ino IN (SELECT ino FROM outbox WHERE op = 'content')")
     }
 
-    /// The digests sent in uploads of the file `ino` not yet answered (see `noteContentSent`).
-    public func sentContentDigests(of ino: Int64) throws -> Set<ContentDigest> {
-        Set(try String.fetchAll(try db.cachedStatement(sql: "SELECT digest FROM sent_creates WHERE ino = ?"), arguments: [ino])
+    /// The digests sent in uploads to the server item `id` not yet answered (see
+    /// `noteContentSent`), from whichever row sent them: a safe save's row also knows those of
+    /// the row it replaced.
+    public func sentContentDigests(of id: ItemID) throws -> Set<ContentDigest> {
+        Set(try String.fetchAll(try db.cachedStatement(sql: "SELECT digest FROM sent_creates WHERE item_id = ?"), arguments: [id.rawValue])
             .compactMap { try? ContentDigest(hex: $0) })
     }
 

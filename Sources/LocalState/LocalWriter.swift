@@ -109,8 +109,10 @@ public struct LocalWriter {
     /// Recorded before an upload (a create or a new version) of the file `ino` with content
     /// `digest` is sent: if it lands and its answer is lost (a crash), the server's content is
     /// then known to be this device's. (The table is named for creates, its first use.)
-    public func noteContentSent(_ ino: Int64, digest: ContentDigest) throws {
-        try db.cachedStatement(sql: "INSERT OR IGNORE INTO sent_creates (ino, digest) VALUES (?, ?)").execute(arguments: [ino, digest.hex])
+    /// `itemID`: the server item the upload goes to.
+    public func noteContentSent(_ ino: Int64, itemID: ItemID, digest: ContentDigest) throws {
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO sent_creates (ino, digest, item_id) VALUES (?, ?, ?)")
+            .execute(arguments: [ino, digest.hex, itemID.rawValue])
     }
 
     /// A create or upload of the item is answered: the contents and places sent before no
@@ -118,6 +120,14 @@ public struct LocalWriter {
     public func forgetSentContents(of ino: Int64) throws {
         try db.cachedStatement(sql: "DELETE FROM sent_creates WHERE ino = ?").execute(arguments: [ino])
         try db.cachedStatement(sql: "DELETE FROM first_create_places WHERE ino = ?").execute(arguments: [ino])
+    }
+
+    /// A safe save's row took over the server item of `replaced`, whose upload may be on its
+    /// way: what that upload sent is the new row's to know (and to forget with its answer).
+    public func passSentContents(from replaced: Int64, to successor: Int64) throws {
+        try db.cachedStatement(sql: "UPDATE OR IGNORE sent_creates SET ino = ? WHERE ino = ?").execute(arguments: [successor, replaced])
+        try db.cachedStatement(sql: "DELETE FROM sent_creates WHERE ino = ?").execute(arguments: [replaced])
+        try db.cachedStatement(sql: "DELETE FROM first_create_places WHERE ino = ?").execute(arguments: [replaced])
     }
 
     /// Recorded before a create of `ino` is sent: the folder and name it goes with, unless an

@@ -119,6 +119,14 @@ extension LocalStore {
             // A resolution chosen here (JSON of ConflictResolution) until the server has it.
             try db.execute(sql: "CREATE TABLE resolutions (ino INTEGER PRIMARY KEY, json BLOB NOT NULL)")
         }
+        m.registerMigration("v11: contents sent, by server item") { db in
+            // A safe save gives a file's server identity to another row while the replaced
+            // row's upload is on its way: a refusal of the new row's upload must still know
+            // that content as this device's own, so the digests are also kept by item.
+            try db.execute(sql: "ALTER TABLE sent_creates ADD COLUMN item_id TEXT")
+            try db.execute(sql: "UPDATE sent_creates SET item_id = (SELECT item_id FROM items WHERE items.ino = sent_creates.ino)")
+            try db.execute(sql: "CREATE INDEX sent_creates_by_item ON sent_creates (item_id)")
+        }
         return m
     }
 }

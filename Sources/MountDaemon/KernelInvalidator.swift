@@ -42,6 +42,7 @@ final class KernelInvalidator: MountObserver, Service {
                 // kernel counts a folder as changed only when it had a dentry for that name,
                 // and a name another device just created has none.
                 var inodes = Set<Int64>()
+                var attributesOnly = Set<Int64>()
                 for item in Set(batch) {
                     // -ENOENT means the kernel had nothing cached: harmless.
                     switch item {
@@ -49,9 +50,11 @@ final class KernelInvalidator: MountObserver, Service {
                         _ = notifier.invalidateEntry(parent: UInt64(parent), name: Array(name.utf8))
                         inodes.insert(parent)
                     case .inode(let ino): inodes.insert(ino)
+                    case .attributes(let ino): attributesOnly.insert(ino)
                     }
                 }
                 for ino in inodes { _ = notifier.invalidateInode(UInt64(ino)) }
+                for ino in attributesOnly.subtracting(inodes) { _ = notifier.invalidateAttributes(UInt64(ino)) }
             }
         }
     }

@@ -110,6 +110,9 @@ extension Downloads {
             logger.error("cannot record a download", metadata: ["item.ino": "\(ino)", "error": "\(error)"])
         }
         if error == nil {
+            // A stat made while it downloaded left the kernel with the placeholder's blocks
+            // (none), kept for the attribute timeout: they count now.
+            observer.invalidate([.attributes(ino)])
             openFiles.downloadCompleted(ino, digest: digest)
             state.withLock { $0.retries.succeeded(ino) }
         } else {

@@ -7,6 +7,9 @@ public enum KernelInvalidation: Sendable, Hashable {
     case entry(parent: Int64, name: String)
     /// The item's attributes or content changed.
     case inode(Int64)
+    /// Only the item's attributes changed (a download landed: its blocks now count); the
+    /// pages the kernel holds of it stay good.
+    case attributes(Int64)
 }
 
 /// A change the mount reports to `ubiq monitor` and live queries.

@@ -92,6 +92,7 @@ extension FileSystem {
                         try w.enqueue(.delete, ino: source.ino, itemID: source.itemID, revision: nil)
                     }
                     try w.dropOps(for: target.ino)
+                    try w.passSentContents(from: target.ino, to: source.ino)
                     try w.delete(target.ino)
                     source.itemID = target.itemID
                     source.revision = target.revision

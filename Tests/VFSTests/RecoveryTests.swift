@@ -324,6 +324,41 @@ struct RecoveryTests {
             #expect(orphans.isEmpty)
         }
     }
+
+    @Test("a safe save made while the saved-over file's upload is in flight, whose answer is lost, goes up as this device's next version, not a conflict")
+    func safeSaveOverAnUploadWhoseAnswerIsLost() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let (v1, v2, v3) = (Array("v1".utf8), Array("v2".utf8), Array("v3".utf8))
+        try h.writeNewFile("conf", v1)
+        let gate = h.remote.holdAnswers(.updateContent)
+        try await h.running([.outbox]) {
+            try await eventually("v1 to go up") { try h.outbox().isEmpty }
+            try safeSave("conf", v2, h)
+            try await eventually("v2 to be on the server, its answer held") { gate.arrivals == 1 }
+            #expect(h.remote.content(atPath: "/conf") == v2)
+            try safeSave("conf", v3, h)
+            // v2's answer is lost (a proxy's 502 after the server committed): this device never
+            // learns the revision its next save must go up from.
+            h.remote.loseAnswer(.updateContent, as: .protocolError("injected: 502 after the commit"))
+            gate.open()
+            try await eventually("v3 to go up") { try h.outbox().isEmpty && h.remote.content(atPath: "/conf") == v3 }
+            let ino = try h.requireIno("/conf")
+            #expect(h.remote.item(atPath: "/conf")?.conflicts.isEmpty == true, "v2 is this device's own: no conflict version")
+            #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(h.remote.tree().keys.sorted() == ["/conf"])
+        }
+    }
+}
+
+/// An editor's safe save of `name`: a temp file written and renamed over it before its writer
+/// lets go, so that the temp file never goes up under its own name.
+func safeSave(_ name: String, _ content: [UInt8], _ h: Harness) throws {
+    let temp = try h.fs.createFile(parent: rootIno, name: n(name + ".tmp"), mode: 0o644, flags: O_CREAT | O_WRONLY | O_EXCL, uid: getuid(), gid: getgid())
+    _ = try h.fs.write(temp.handle, offset: 0, data: content)
+    try h.fs.rename(parent: rootIno, name: n(name + ".tmp"), newParent: rootIno, newName: n(name), noReplace: false, exchange: false)
+    h.fs.release(temp.handle)
 }
 
 @Suite("File attributes and open files")

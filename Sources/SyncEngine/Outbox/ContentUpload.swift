@@ -50,7 +50,7 @@ extension SyncEngine {
         var result: ItemMetadata
         do {
             try store.write { w in
-                try w.noteContentSent(item.ino, digest: digest)
+                try w.noteContentSent(item.ino, itemID: item.itemID, digest: digest)
                 if item.revision == nil { try w.noteCreateSent(item.ino, parentID: parentID, name: item.name) }
             }
             if let base = item.revision {
@@ -66,14 +66,19 @@ extension SyncEngine {
                 result = current
                 return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
             }
-            if current.digest == item.serverDigest {
+            // Read again: the answer to a replaced row's upload may have passed its revision
+            // to this one meanwhile (`passToSuccessor`), and then the server holds what the
+            // row now has as its base.
+            let heldNow = try store.read { try $0.item(item.ino) }?.serverDigest
+            if current.digest == item.serverDigest || current.digest == heldNow {
                 // Only metadata changed on the server (a rename, a chmod): both apply.
                 try rebase(item.ino, on: current, keepContent: true)
                 return .again
             }
-            if let theirs = current.digest, try store.read({ try $0.sentContentDigests(of: item.ino) }).contains(theirs) {
-                // An earlier version from here, whose answer was lost (the daemon died after the
-                // server stored it): not another device's edit. Go up from it.
+            if let theirs = current.digest, try store.read({ try $0.sentContentDigests(of: item.itemID) }).contains(theirs) {
+                // An earlier version from here: its answer was lost (the daemon died after the
+                // server stored it), or is still on its way (the upload of a file a safe save
+                // replaced). Not another device's edit: go up from it.
                 try rebase(item.ino, on: current, keepContent: true)
                 try store.write { w in
                     guard var row = try w.reader.item(item.ino) else { return }

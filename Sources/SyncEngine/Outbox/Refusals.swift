@@ -22,7 +22,7 @@ extension SyncEngine {
         } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
             return try resurrectLocal(item.ino)  // created and deleted since: the ID stays taken
         }
-        if item.kind == .file, try !store.read({ try $0.sentContentDigests(of: item.ino) }).contains(current.digest ?? .empty) {
+        if item.kind == .file, try !store.read({ try $0.sentContentDigests(of: item.itemID) }).contains(current.digest ?? .empty) {
             return Self.contentConflict(current)
         }
         let moved = try store.write { w -> [KernelInvalidation] in

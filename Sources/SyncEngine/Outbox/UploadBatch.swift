@@ -143,7 +143,7 @@ extension SyncEngine {
             let sent = prepared
             try store.write { w in
                 for p in sent {
-                    try w.noteContentSent(p.item.ino, digest: p.digest)
+                    try w.noteContentSent(p.item.ino, itemID: p.item.itemID, digest: p.digest)
                     try w.noteCreateSent(p.item.ino, parentID: p.request.parentID, name: p.item.name)
                 }
             }
