@@ -51,14 +51,36 @@ public struct ConflictVersionEntry: Codable, Equatable, Sendable {
 
 /// A choice among a file's conflict versions made on a device, until the server has it: the
 /// versions seen when it was made go (`settled`), and `keep`, one of them, becomes current
-/// (nil keeps the current content). A version that arrives later is in neither and stays.
+/// (nil keeps the current content); each of `copies` (settled too) becomes a sibling file
+/// (`--keep-both`). A version that arrives later is in none and stays.
 public struct ConflictResolution: Codable, Hashable, Sendable {
     public var settled: Set<ItemID>
     public var keep: ItemID?
-    public init(settled: Set<ItemID>, keep: ItemID?) {
+    public var copies: Set<ItemID>
+
+    public init(settled: Set<ItemID>, keep: ItemID?, copies: Set<ItemID> = []) {
         self.settled = settled
         self.keep = keep
+        self.copies = copies
     }
+
+    enum CodingKeys: String, CodingKey { case settled, keep, copies }
+
+    /// A resolution recorded before copies existed has none.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        settled = try c.decode(Set<ItemID>.self, forKey: .settled)
+        keep = try c.decodeIfPresent(ItemID.self, forKey: .keep)
+        copies = try c.decodeIfPresent(Set<ItemID>.self, forKey: .copies) ?? []
+    }
+}
+
+/// A sibling file a version becomes at `--keep-both`: its server ID (the same for every send
+/// of one resolution) and a name free in the file's folder.
+public struct ConflictCopy: Equatable, Sendable {
+    public var id: ItemID
+    public var name: String
+    public var version: ConflictVersion
 }
 
 /// A resolution named a conflict version the file does not have.
@@ -79,5 +101,24 @@ extension ItemMetadata {
             modified = chosen.modified
         }
         conflicts.removeAll { named.contains($0.id) }
+    }
+
+    /// The sibling files the versions `ids` become: each named `NAME (conflicted copy from
+    /// DEVICE YYYY-MM-DD HHMMSS).EXT` after its device and time, numbered when that name is
+    /// taken (`isTaken`) or chosen for another copy. Throws for an ID the file has no version of.
+    public func conflictCopies(of ids: Set<ItemID>, isTaken: (String) throws -> Bool) throws -> [ConflictCopy] {
+        if let unknown = ids.first(where: { id in !conflicts.contains { $0.id == id } }) { throw UnknownConflictVersion(id: unknown) }
+        var chosen: Set<String> = []
+        return try conflicts.filter { ids.contains($0.id) }.map { version in
+            var attempt = 1
+            var copyName = ConflictNaming.conflictedCopyName(name, device: version.device, at: version.modified)
+            while try chosen.contains(copyName) || isTaken(copyName) {
+                attempt += 1
+                copyName = ConflictNaming.conflictedCopyName(name, device: version.device, at: version.modified, attempt: attempt)
+            }
+            chosen.insert(copyName)
+            let id = ItemID(String(ContentDigest.of(Array("copy/\(version.id)".utf8)).hex.prefix(32)))
+            return ConflictCopy(id: id, name: copyName, version: version)
+        }
     }
 }

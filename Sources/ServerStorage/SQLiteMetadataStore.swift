@@ -420,12 +420,24 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         }
     }
 
-    public func resolveConflicts(_ id: ItemID, base: Revision, settled: Set<ItemID>, keep: ItemID?, in container: ContainerRef) async throws -> ItemMetadata {
+    public func resolveConflicts(_ id: ItemID, base: Revision, settled: Set<ItemID>, keep: ItemID?, copies: Set<ItemID>, in container: ContainerRef) async throws -> ItemMetadata {
         try await write { db in
             var item = try Self.requireLive(id, container, db)
-            guard item.kind == .file else { throw StorageError.notAFile(id) }
+            guard item.kind == .file, let parentID = item.parentID else { throw StorageError.notAFile(id) }
             guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
-            do throws(UnknownConflictVersion) { try item.resolveConflicts(settled: settled, keep: keep) } catch { throw StorageError.versionNotFound(error.id) }
+            let made: [ConflictCopy]
+            do {
+                made = try item.conflictCopies(of: copies) { name in try Self.liveChild(named: try ItemName(name), of: parentID, container, db) != nil }
+                try item.resolveConflicts(settled: settled.union(copies), keep: keep)
+            } catch let error as UnknownConflictVersion {
+                throw StorageError.versionNotFound(error.id)
+            }
+            for copy in made {
+                _ = try Self.insert(NewItem(
+                    id: copy.id, parentID: parentID, name: try ItemName(copy.name), kind: .file, digest: copy.version.digest,
+                    declaredSize: copy.version.size, mode: item.mode, created: copy.version.modified, modified: copy.version.modified,
+                    xattrs: [:]), in: container, db: db)
+            }
             try Self.commit(&item, kind: .upsert, in: container, db: db)
             return item
         }

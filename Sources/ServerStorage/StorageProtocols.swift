@@ -148,9 +148,10 @@ public protocol MetadataStore: Sendable {
     /// content must be the account's. A version already kept (a retried send) changes nothing.
     func addConflictVersion(_ id: ItemID, _ version: ConflictVersion, in container: ContainerRef) async throws -> ItemMetadata
     /// Resolves the file's conflicts as seen at `base`: drops the versions in `settled`, after
-    /// making the content of `keep` (one of them) current. A version kept since `base` is
-    /// not in `settled` and stays, so two resolutions at once lose nothing nobody chose.
-    func resolveConflicts(_ id: ItemID, base: Revision, settled: Set<ItemID>, keep: ItemID?, in container: ContainerRef) async throws -> ItemMetadata
+    /// making the content of `keep` (one of them) current and each of `copies` a sibling file
+    /// (`ItemMetadata.conflictCopies`), all in one commit. A version kept since `base` is not
+    /// in `settled` and stays, so two resolutions at once lose nothing nobody chose.
+    func resolveConflicts(_ id: ItemID, base: Revision, settled: Set<ItemID>, keep: ItemID?, copies: Set<ItemID>, in container: ContainerRef) async throws -> ItemMetadata
 
     /// Records that `account` uploaded (and so may use) the blob. Existence of content is
     /// answered per account: one account cannot probe what another has stored.

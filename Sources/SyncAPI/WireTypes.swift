@@ -136,15 +136,29 @@ public struct AddConflictVersionRequest: Codable, Sendable {
 
 /// `POST /v1/containers/{c}/items/{id}/resolve`: resolves a file's conflicts as seen at
 /// `baseRevision`. `keep` (one of `settled`, or nil to keep the current content) becomes the
-/// current content as a new revision; the versions in `settled` go.
+/// current content as a new revision; the versions in `settled` go, and each of `copies`
+/// (settled too) becomes a sibling file, in the same commit (`--keep-both`).
 public struct ResolveConflictsRequest: Codable, Sendable {
     public var baseRevision: Revision
     public var settled: [ItemID]
     public var keep: ItemID?
-    public init(baseRevision: Revision, settled: [ItemID], keep: ItemID? = nil) {
+    public var copies: [ItemID]
+    public init(baseRevision: Revision, settled: [ItemID], keep: ItemID? = nil, copies: [ItemID] = []) {
         self.baseRevision = baseRevision
         self.settled = settled
         self.keep = keep
+        self.copies = copies
+    }
+
+    enum CodingKeys: String, CodingKey { case baseRevision, settled, keep, copies }
+
+    /// `copies` may be left out: none.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        baseRevision = try c.decode(Revision.self, forKey: .baseRevision)
+        settled = try c.decode([ItemID].self, forKey: .settled)
+        keep = try c.decodeIfPresent(ItemID.self, forKey: .keep)
+        copies = try c.decodeIfPresent([ItemID].self, forKey: .copies) ?? []
     }
 }
 

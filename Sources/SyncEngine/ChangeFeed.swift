@@ -292,35 +292,6 @@ extension SyncEngine {
     }
 }
 
-/// `NAME (conflicted copy from DEVICE YYYY-MM-DD HHMMSS).EXT`: the name of a kept copy says which
-/// device it came from and when (docs/SEMANTICS.md, "Decisions").
-public enum ConflictNaming {
-    public static func conflictedCopyName(_ name: String, device: String, at time: Timestamp) -> String {
-        var t = time_t(time / 1_000_000_000)
-        var tm = tm()
-        gmtime_r(&t, &tm)
-        let stamp = String(format: "%04d-%02d-%02d %02d%02d%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
-        let (base, ext) = split(name)
-        let candidate = "\(base) (conflicted copy from \(device) \(stamp))\(ext)"
-        // Never produce a name the server refuses: trim the base if the whole is too long.
-        if candidate.utf8.count <= ItemName.maxByteCount { return candidate }
-        let suffix = " (conflicted copy from \(device) \(stamp))\(ext)"
-        var trimmed = base
-        while (trimmed + suffix).utf8.count > ItemName.maxByteCount && !trimmed.isEmpty { trimmed.removeLast() }
-        return trimmed + suffix
-    }
-
-    /// The name an item takes for a moment while it is in the way of another and its own
-    /// change is on its way: hidden (a leading dot) and unique by the item's ID. Used on the
-    /// mount (a remote item arrives) and on the server (a cycle of local renames is sent).
-    public static func movingName(_ id: ItemID) -> String { ".ubiq-moving-\(id.rawValue)" }
-
-    static func split(_ name: String) -> (String, String) {
-        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return (name, "") }
-        return (String(name[..<dot]), String(name[dot...]))
-    }
-}
-
 struct ChangeFeedService: Service {
     let engine: SyncEngine
 

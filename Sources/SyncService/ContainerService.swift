@@ -78,7 +78,7 @@ public struct ContainerService: Sendable {
     public func resolveConflicts(_ id: ItemID, _ body: ResolveConflictsRequest) async throws -> ItemMetadata {
         let item = try await storage.metadata.resolveConflicts(
             try RequestChecks.wellFormed(id), base: body.baseRevision, settled: Set(try body.settled.map(RequestChecks.wellFormed)),
-            keep: try body.keep.map(RequestChecks.wellFormed), in: ref)
+            keep: try body.keep.map(RequestChecks.wellFormed), copies: Set(try body.copies.map(RequestChecks.wellFormed)), in: ref)
         service.hub.publish(container: ref.key)
         return item
     }

@@ -895,10 +895,20 @@ extension InMemoryRemoteStore.State {
     mutating func resolveConflicts(_ id: ItemID, _ body: ResolveConflictsRequest) throws -> ItemMetadata {
         try InMemoryRemoteStore.wellFormed(id)
         var item = try requireLive(id)
-        guard item.kind == .file else { throw Self.refused(.notAFile, "item '\(id)' is not a file") }
+        guard item.kind == .file, let parentID = item.parentID else { throw Self.refused(.notAFile, "item '\(id)' is not a file") }
         guard item.revision == body.baseRevision else { throw conflict(item) }
-        do throws(UnknownConflictVersion) { try item.resolveConflicts(settled: Set(body.settled), keep: body.keep) } catch {
+        let made: [ConflictCopy]
+        do {
+            made = try item.conflictCopies(of: Set(body.copies)) { liveChild(named: $0, of: parentID) != nil }
+            try item.resolveConflicts(settled: Set(body.settled).union(body.copies), keep: body.keep)
+        } catch let error as UnknownConflictVersion {
             throw Self.refused(.versionNotFound, "the item has no conflict version '\(error.id)'")
+        }
+        for copy in made {
+            var sibling = ItemMetadata(
+                id: copy.id, parentID: parentID, name: copy.name, kind: .file, revision: Revision("0"), size: copy.version.size,
+                digest: copy.version.digest, mode: item.mode, created: copy.version.modified, modified: copy.version.modified, xattrs: [:])
+            commit(&sibling, kind: .upsert)
         }
         commit(&item, kind: .upsert)
         return item

@@ -376,20 +376,44 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             let later = ConflictVersion(id: .random(), digest: try await f.blob("later edit"), size: 10, device: "phone", modified: 8, base: file.revision)
             let both = try await f.m.addConflictVersion(file.id, later, in: f.container)
             try await expectStorageError("a stale base", { if case .revisionConflict = $0 { true } else { false } }) {
-                try await f.m.resolveConflicts(file.id, base: kept.revision, settled: [version.id], keep: nil, in: f.container)
+                try await f.m.resolveConflicts(file.id, base: kept.revision, settled: [version.id], keep: nil, copies: [], in: f.container)
             }
             try await expectStorageError("an unknown version", { if case .versionNotFound = $0 { true } else { false } }) {
-                try await f.m.resolveConflicts(file.id, base: both.revision, settled: [], keep: .random(), in: f.container)
+                try await f.m.resolveConflicts(file.id, base: both.revision, settled: [], keep: .random(), copies: [], in: f.container)
             }
-            let chosen = try await f.m.resolveConflicts(file.id, base: both.revision, settled: [version.id], keep: version.id, in: f.container)
+            let chosen = try await f.m.resolveConflicts(file.id, base: both.revision, settled: [version.id], keep: version.id, copies: [], in: f.container)
             try expect(chosen.digest == theirs && chosen.size == 10 && chosen.modified == 7, "the chosen version is current")
             try expect(chosen.conflicts == [later], "the version nobody saw stays")
-            let settled = try await f.m.resolveConflicts(file.id, base: chosen.revision, settled: [later.id], keep: nil, in: f.container)
+            let settled = try await f.m.resolveConflicts(file.id, base: chosen.revision, settled: [later.id], keep: nil, copies: [], in: f.container)
             try expect(settled.conflicts.isEmpty && settled.digest == theirs, "kept current: the others go")
 
             _ = try await f.m.addConflictVersion(file.id, ConflictVersion(id: .random(), digest: theirs, size: 10, device: "d", modified: 1, base: settled.revision), in: f.container)
             let tombstone = try await f.m.deleteItem(file.id, base: nil, recursive: false, in: f.container)
             try expect(tombstone.map(\.conflicts) == [[]], "a deleted file's versions go with it")
+        },
+        StorageConformance("conflict versions kept both: each becomes a sibling file in the same commit") { f in
+            let file = try await f.file("notes.txt", "current")
+            let theirs = try await f.blob("their edit")
+            // 2026-11-27 01:02:03 UTC, twice from one device: the second copy is numbered.
+            let at: Timestamp = 1_795_741_323_000_000_000
+            let first = ConflictVersion(id: .random(), digest: theirs, size: 10, device: "laptop", modified: at, base: file.revision)
+            let second = ConflictVersion(id: .random(), digest: try await f.blob("again"), size: 5, device: "laptop", modified: at, base: file.revision)
+            _ = try await f.m.addConflictVersion(file.id, first, in: f.container)
+            let both = try await f.m.addConflictVersion(file.id, second, in: f.container)
+            // A name the first copy would take is already someone's.
+            let squatter = try await f.file("notes (conflicted copy from laptop 2026-11-27 010203).txt", "mine")
+            let resolved = try await f.m.resolveConflicts(file.id, base: both.revision, settled: [], keep: nil, copies: [first.id, second.id], in: f.container)
+            try expect(resolved.conflicts.isEmpty && resolved.digest == file.digest, "the versions go, the current content stays")
+            let siblings = try await f.m.children(of: .root, in: f.container).filter { $0.id != file.id && $0.id != squatter.id }
+            let named = Dictionary(uniqueKeysWithValues: siblings.map { ($0.name, $0) })
+            try expect(Set(named.keys) == ["notes (conflicted copy from laptop 2026-11-27 010203 2).txt", "notes (conflicted copy from laptop 2026-11-27 010203 3).txt"],
+                       "named after the device and time, numbered past taken names: \(named.keys.sorted())")
+            try expect(Set(siblings.map(\.digest)) == [theirs, second.digest] && Set(siblings.map(\.size)) == [10, 5], "each holds its version's content")
+            try expect(siblings.allSatisfy { $0.modified == at && $0.mode == file.mode }, "with the version's time and the file's mode")
+            try expect(Set(try await f.allChanges().suffix(3).map(\.item.id)) == Set(siblings.map(\.id) + [file.id]), "the copies and the file are the latest changes")
+            try await expectStorageError("a copy of a version the file no longer has", { if case .versionNotFound = $0 { true } else { false } }) {
+                try await f.m.resolveConflicts(file.id, base: resolved.revision, settled: [], keep: nil, copies: [first.id], in: f.container)
+            }
         },
     ]
 }

@@ -70,6 +70,7 @@ extension FileSystem {
                 case ("user.ubiq.downloadingStatus", "current"): try content.startDownload(ino)
                 case ("user.ubiq.downloadingStatus", "notDownloaded"): try content.evict(ino)
                 case ("user.ubiq.resolve", "keep-current"): try resolveConflicts(ino, keep: nil)
+                case ("user.ubiq.resolve", "keep-both"): try resolveConflicts(ino, keep: nil, asCopies: true)
                 case ("user.ubiq.resolve", let choice) where choice.hasPrefix("keep:"): try resolveConflicts(ino, keep: ItemID(String(choice.dropFirst(5))))
                 default: throw FSError.invalidArgument
                 }
@@ -112,17 +113,20 @@ extension FileSystem {
     }
 
     /// Resolves the file's conflicts as this device sees them: every version it lists goes, and
-    /// `keep` (one of them) becomes current; nil keeps the current content. Queued for the
-    /// server, and shown at once. A file without conflict versions, or a `keep` it does not
-    /// have, is `EINVAL`.
-    func resolveConflicts(_ ino: Int64, keep: ItemID?) throws(FSError) {
+    /// `keep` (one of them) becomes current; nil keeps the current content. `asCopies`: each
+    /// version becomes a sibling file instead (the server makes them: they appear with its
+    /// answer). Queued for the server, and shown at once. A file without conflict versions,
+    /// or a `keep` it does not have, is `EINVAL`.
+    func resolveConflicts(_ ino: Int64, keep: ItemID?, asCopies: Bool = false) throws(FSError) {
         try commit(Rerunnable { w in
             guard let item = try w.reader.item(ino) else { throw FSError.notFound }
-            let settled = try w.reader.resolution(of: ino)?.settled ?? []
+            let earlier = try w.reader.resolution(of: ino)
+            let settled = earlier?.settled ?? []
             let open = item.conflicts.filter { !settled.contains($0.id) }
             guard item.kind == .file, !open.isEmpty else { throw FSError.invalidArgument }
             if let keep, !open.contains(where: { $0.id == keep }) { throw FSError.invalidArgument }
-            try w.setResolution(ino, ConflictResolution(settled: settled.union(open.map(\.id)), keep: keep))
+            let copies = (earlier?.copies ?? []).union(asCopies ? open.map(\.id) : [])
+            try w.setResolution(ino, ConflictResolution(settled: settled.union(open.map(\.id)), keep: keep, copies: copies))
             try w.enqueue(.resolve, ino: ino)
         })
         content.outboxChanged()

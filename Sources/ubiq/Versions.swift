@@ -47,17 +47,22 @@ struct Versions: AsyncParsableCommand {
     }
 }
 
-/// `ubiq resolve PATH --keep-current | --keep VERSION`: written to the file's
+/// `ubiq resolve PATH --keep-current | --keep VERSION | --keep-both`: written to the file's
 /// `user.ubiq.resolve` attribute; the mount sends it, and the flag clears at once here and on
 /// every device once the server has it.
 struct Resolve: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Resolve a file's conflict: keep the current version, or make one conflict version current.")
+    static let configuration = CommandConfiguration(
+        abstract: "Resolve a file's conflict: keep the current version, make one conflict version current, or keep every version as a file.")
     @Argument(help: "A file inside a mount.") var path: String
     @Flag(help: "Keep the current version; the conflict versions go.") var keepCurrent = false
     @Option(name: .customLong("keep"), help: "Make this version (an identifier `ubiq versions` lists) current; the others go.") var version: String?
+    @Flag(help: "Keep the current version, and each conflict version as a file beside it, named 'NAME (conflicted copy from DEVICE DATE TIME).EXT'.")
+    var keepBoth = false
 
     func validate() throws {
-        guard keepCurrent != (version != nil) else { throw ValidationError("give exactly one of --keep-current and --keep VERSION") }
+        guard [keepCurrent, version != nil, keepBoth].filter({ $0 }).count == 1 else {
+            throw ValidationError("give exactly one of --keep-current, --keep VERSION and --keep-both")
+        }
     }
 
     func run() async throws {
@@ -67,7 +72,7 @@ struct Resolve: AsyncParsableCommand {
         if let version, !versions.contains(where: { $0.id == version }) {
             throw Failure("\(path) has no version \(version) (`ubiq versions \(path)` lists them)")
         }
-        let rc = Xattr.set(absolute, "user.ubiq.resolve", version.map { "keep:" + $0 } ?? "keep-current")
+        let rc = Xattr.set(absolute, "user.ubiq.resolve", version.map { "keep:" + $0 } ?? (keepBoth ? "keep-both" : "keep-current"))
         guard rc == 0 else { throw Failure("\(path): cannot resolve: \(String(cString: strerror(rc)))") }
     }
 }

@@ -10,37 +10,9 @@ import Testing
     @Test func editsMadeOfflineOnBothDevicesSettleAsCurrentPlusAConflictVersionOnBoth() async throws {
         try await withDevices(["A", "B"]) { server, devices in
             let (a, b) = (devices[0], devices[1])
-            try await a.must(#"echo base > "$M/notes.txt""#)
-            try await a.waitUntilUploaded()
-            try await eventually("B to read the base") { (try await b.sh(#"cat "$M/notes.txt""#)).stdout == "base\n" }
-
-            // Both edit the same version while the server is away.
-            server.kill9()
-            try await eventually("A and B to notice they are offline") {
-                let (onA, onB) = (try await a.status().connected, try await b.status().connected)
-                return !onA && !onB
-            }
-            try await a.must(#"echo "edited on A" > "$M/notes.txt""#)
-            try await b.must(#"echo "edited on B" > "$M/notes.txt""#)
-            try await server.restart(samePort: true)
-
-            // Nobody is stuck: every change is sent, and both show the conflict.
-            try await a.waitUntilUploaded(timeout: .seconds(30))
-            try await b.waitUntilUploaded(timeout: .seconds(30))
-            for device in [a, b] {
-                try await eventually(timeout: .seconds(20), "\(device.name) to show the conflict") {
-                    try await device.xattr("notes.txt", "user.ubiq.hasUnresolvedConflicts") == "1"
-                }
-                #expect(try await device.xattr("notes.txt", "user.ubiq.isUploaded") == "1")
-                #expect(try await device.xattr("notes.txt", "user.ubiq.uploadingError") == nil)
-            }
-            // Both devices read the current version, and nothing written was lost: the other
-            // edit is the conflict version, from the device that made it.
-            let current = try await a.must(#"cat "$M/notes.txt""#)
-            try await eventually("B to read the current version") { try await b.sh(#"cat "$M/notes.txt""#).stdout == current }
-            let item = try #require(try await serverItem(server, named: "notes.txt"))
+            let (current, loser) = try await editOnBothWhileOffline(server, a, b)
             let edits = ["edited on A\n": "A", "edited on B\n": "B"]
-            let loser = try #require(edits.keys.first { $0 != current }, "current is one of the edits: \(current)")
+            let item = try #require(try await serverItem(server, named: "notes.txt"))
             #expect(item.conflicts.map(\.digest) == [sha256(Data(loser.utf8))])
             #expect(item.conflicts.first?.device == edits[loser])
             #expect(item.conflicts.first?.size == Int64(loser.utf8.count))
@@ -93,6 +65,69 @@ import Testing
             #expect(try await serverItem(server, named: "notes.txt")?.conflicts.isEmpty == true)
             let nothingLeft = try await a.ubiq(["resolve", a.mountpoint + "/notes.txt", "--keep-current"])
             #expect(nothingLeft.status == 1 && nothingLeft.stderr.contains("has no conflict versions"), "\(nothingLeft)")
+        }
+    }
+
+    /// A and B each write notes.txt from the same base while the server is away; once it is
+    /// back, both show the conflict and read the current version. Returns the current content
+    /// and the one kept as a conflict version.
+    func editOnBothWhileOffline(_ server: ServerProcess, _ a: TestDevice, _ b: TestDevice) async throws -> (current: String, loser: String) {
+        try await a.must(#"echo base > "$M/notes.txt""#)
+        try await a.waitUntilUploaded()
+        try await eventually("B to read the base") { (try await b.sh(#"cat "$M/notes.txt""#)).stdout == "base\n" }
+        server.kill9()
+        try await eventually("A and B to notice they are offline") {
+            let (onA, onB) = (try await a.status().connected, try await b.status().connected)
+            return !onA && !onB
+        }
+        try await a.must(#"echo "edited on A" > "$M/notes.txt""#)
+        try await b.must(#"echo "edited on B" > "$M/notes.txt""#)
+        try await server.restart(samePort: true)
+
+        // Nobody is stuck: every change is sent, and both show the conflict.
+        try await a.waitUntilUploaded(timeout: .seconds(30))
+        try await b.waitUntilUploaded(timeout: .seconds(30))
+        for device in [a, b] {
+            try await eventually(timeout: .seconds(20), "\(device.name) to show the conflict") {
+                try await device.xattr("notes.txt", "user.ubiq.hasUnresolvedConflicts") == "1"
+            }
+            #expect(try await device.xattr("notes.txt", "user.ubiq.isUploaded") == "1")
+            #expect(try await device.xattr("notes.txt", "user.ubiq.uploadingError") == nil)
+        }
+        // Both devices read the current version, and nothing written was lost: the other edit
+        // is the conflict version.
+        let current = try await a.must(#"cat "$M/notes.txt""#)
+        try await eventually("B to read the current version") { try await b.sh(#"cat "$M/notes.txt""#).stdout == current }
+        let loser = try #require(["edited on A\n", "edited on B\n"].first { $0 != current }, "current is one of the edits: \(current)")
+        return (current, loser)
+    }
+
+    @Test func keepBothMakesTheConflictVersionAFileBesideTheCurrentOneOnBothDevices() async throws {
+        try await withDevices(["A", "B"]) { server, devices in
+            let (a, b) = (devices[0], devices[1])
+            let (current, loser) = try await editOnBothWhileOffline(server, a, b)
+            let notes = a.mountpoint + "/notes.txt"
+            #expect(try await a.ubiq(["resolve", notes, "--keep-both", "--keep-current"]).status == 2, "two choices")
+            let outside = try await a.ubiq(["resolve", "/tmp", "--keep-both"])
+            #expect(outside.status == 1 && outside.stderr.contains("not inside a ubiq mount"), "\(outside)")
+            let resolved = try await a.ubiq(["resolve", notes, "--keep-both"])
+            #expect(resolved.status == 0, "\(resolved.stderr)")
+            // The copy is named after the device that made the edit and the edit's time (UTC).
+            let pattern = #"^notes \(conflicted copy from [AB] [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{6}\)\.txt$"#
+            for device in [a, b] {
+                try await eventually(timeout: .seconds(20), "\(device.name) to show the copy and the resolution") {
+                    let names = try await device.sh(#"ls "$M""#).stdout.split(separator: "\n").map(String.init)
+                    let flag = try await device.xattr("notes.txt", "user.ubiq.hasUnresolvedConflicts")
+                    return names.count == 2 && names.contains("notes.txt") && flag == "0"
+                }
+                let copy = try #require(try await device.sh(#"ls "$M""#).stdout.split(separator: "\n").map(String.init).first { $0 != "notes.txt" })
+                #expect(copy.range(of: pattern, options: .regularExpression) != nil, "\(copy)")
+                #expect(copy.contains("from \(loser == "edited on A\n" ? "A" : "B") "), "\(copy)")
+                #expect(try await device.must("cat \"$M/\(copy)\"") == loser, "the conflict version, as a file")
+                #expect(try await device.must(#"cat "$M/notes.txt""#) == current, "the current version stays")
+                #expect(try await device.xattr("notes.txt", "user.ubiq.conflictVersions") == nil)
+            }
+            #expect(try await serverItem(server, named: "notes.txt")?.conflicts.isEmpty == true)
         }
     }
 }

@@ -244,8 +244,10 @@ struct ConflictTests {
     /// Regression of an earlier shape: the metadata change was rebased onto the server's
     /// revision, and the edit, which waited with that revision as its base, then went up over
     /// the other device's version, with no conflict shown.
-    @Test("a conflict resolved here: the flag clears at once, the server drops the version, and a kept version becomes current everywhere", arguments: [false, true])
-    func resolvedHere(keepVersion: Bool) async throws {
+    @Test("a conflict resolved here: the flag clears at once, the server drops the version, and a kept version becomes current everywhere, or a file of its own",
+          arguments: ["keep-current", "keep", "keep-both"])
+    func resolvedHere(choice: String) async throws {
+        let keepVersion = choice == "keep"
         let h = try Harness()
         defer { h.close() }
         let theirs = Array("the other device's edit".utf8)
@@ -259,12 +261,12 @@ struct ConflictTests {
             #expect(errnoOf { try resolve("keep-current") } == EINVAL, "nothing to resolve")
             let (id, version) = try await keptAsConflictVersion(h, ino, theirs: theirs, mine: mine)
             #expect(errnoOf { try resolve("keep:" + String(repeating: "0", count: 32)) } == EINVAL, "a version the file does not have")
-            for bad in ["keep", "keep-both", "", "Keep-current"] { #expect(errnoOf { try resolve(bad) } == EINVAL, "'\(bad)'") }
+            for bad in ["keep", "keep-all", "", "Keep-current"] { #expect(errnoOf { try resolve(bad) } == EINVAL, "'\(bad)'") }
             #expect(errnoOf { try h.fs.getXattr(ino, name: "user.ubiq.resolve") } == ENODATA, "a request, not a state")
 
             // Chosen while away from the server: shown at once, sent later.
             h.remote.isOnline = false
-            try resolve(keepVersion ? "keep:\(version.id.rawValue)" : "keep-current")
+            try resolve(keepVersion ? "keep:\(version.id.rawValue)" : choice)
             #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
             #expect(try h.xattr(ino, "user.ubiq.conflictVersions") == nil)
             #expect(try !h.fs.listXattrs(ino).contains("user.ubiq.conflictVersions"))
@@ -279,6 +281,17 @@ struct ConflictTests {
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
             #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
             #expect(try await h.read(ino) == (keepVersion ? mine : theirs))
+            let copies = h.remote.tree().keys.filter { $0.hasPrefix("/shared (conflicted copy from ") }
+            if choice == "keep-both" {
+                #expect(copies.count == 1 && copies.allSatisfy { $0.hasSuffix(").txt") }, "\(copies)")
+                let copy = try #require(copies.first)
+                #expect(h.remote.content(atPath: copy) == mine, "the version is a file of its own")
+                let here = try await h.appeared(copy)
+                #expect(try await h.read(here) == mine)
+                #expect(try h.xattr(here, "user.ubiq.hasUnresolvedConflicts") == "0")
+            } else {
+                #expect(copies.isEmpty)
+            }
         }
     }
 

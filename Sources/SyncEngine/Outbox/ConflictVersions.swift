@@ -73,12 +73,14 @@ extension SyncEngine {
         let still = Set(item.conflicts.map(\.id))
         let settled = chosen.settled.intersection(still)
         let keep = chosen.keep.flatMap { still.contains($0) ? $0 : nil }
+        let copies = chosen.copies.intersection(still)
         guard !settled.isEmpty else {
             try store.write { w in try w.setResolution(item.ino, nil) }
             return .done
         }
         do {
-            let result = try await remote.resolveConflicts(item.itemID, ResolveConflictsRequest(baseRevision: base, settled: settled.sorted { $0.rawValue < $1.rawValue }, keep: keep))
+            let result = try await remote.resolveConflicts(item.itemID, ResolveConflictsRequest(
+                baseRevision: base, settled: settled.sorted { $0.rawValue < $1.rawValue }, keep: keep, copies: copies.sorted { $0.rawValue < $1.rawValue }))
             runAfterCommit(try store.write { w in
                 var effects = EffectsAfterCommit()
                 try adoptMetadata(item.ino, result, sentFrom: base, w, &effects)
