@@ -130,6 +130,36 @@ import Testing
             #expect(try await serverItem(server, named: "notes.txt")?.conflicts.isEmpty == true)
         }
     }
+
+    /// SEMANTICS, Conflicts: a folder deleted on one device while another edited a file in it
+    /// and made a new one: those files survive in their folder, and the rest of the delete
+    /// applies.
+    @Test func aFolderDeletedOnOneDeviceWhileTheOtherEditedAndAddedFilesInItKeepsThoseFiles() async throws {
+        try await withDevices(["A", "B"]) { server, devices in
+            let (a, b) = (devices[0], devices[1])
+            try await a.must(#"mkdir -p "$M/d/sub" && echo one > "$M/d/f1" && echo two > "$M/d/f2" && echo deep > "$M/d/sub/f4""#)
+            try await a.waitUntilUploaded()
+            try await eventually("B to read the folder") { (try await b.sh(#"cat "$M/d/f2""#)).stdout == "two\n" }
+            server.kill9()
+            try await eventually("A and B to notice they are offline") {
+                let (onA, onB) = (try await a.status().connected, try await b.status().connected)
+                return !onA && !onB
+            }
+            try await a.must(#"rm -rf "$M/d""#)
+            try await b.must(#"echo "edited on B" > "$M/d/f2" && echo new > "$M/d/f3""#)
+            try await server.restart(samePort: true)
+            try await a.waitUntilUploaded(timeout: .seconds(30))
+            try await b.waitUntilUploaded(timeout: .seconds(30))
+            let expected = ["d": "dir", "d/f2": sha256Hex(Data("edited on B\n".utf8)), "d/f3": sha256Hex(Data("new\n".utf8))]
+            for device in [a, b] {
+                try await device.expectEventually("\(device.name) to keep B's files and nothing else of d", devices: [a, b]) {
+                    try await device.snapshot() == expected
+                }
+            }
+            let onServer = try await serverTree(server)
+            #expect(onServer == ["d": "dir", "d/f2": sha256Hex(Data("edited on B\n".utf8)), "d/f3": sha256Hex(Data("new\n".utf8))], "\(onServer)")
+        }
+    }
 }
 
 /// A live item of the root folder, as the server's HTTP API shows it.
