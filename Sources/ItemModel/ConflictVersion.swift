@@ -29,23 +29,37 @@ public struct ConflictVersion: Hashable, Sendable, Codable {
 extension ConflictVersion {
     /// A device name a version may carry: 1 to `maxDeviceBytes` bytes of UTF-8.
     public static func isValidDevice(_ name: String) -> Bool { (1...maxDeviceBytes).contains(name.utf8.count) }
+
+    /// The folder at the top of a mount that shows every conflict version as a read-only file.
+    public static let folderName = ".ubiq-versions"
+
+    /// A version's file in that folder: its identifier, with the extension of the file it is a
+    /// version of (`NAME.EXT`), so that editors and `file` take it for the same kind.
+    public static func fileName(_ id: ItemID, of name: String) -> String {
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return id.rawValue }
+        return id.rawValue + name[dot...]
+    }
 }
 
 /// One version as the mount lists it in `user.ubiq.conflictVersions` and `ubiq versions` reads
-/// it: text a script can use, the time in UTC, ISO 8601 to the second.
+/// it: text a script can use, the time in UTC, ISO 8601 to the second, and where to read it
+/// (`path`, relative to the top of the mount).
 public struct ConflictVersionEntry: Codable, Equatable, Sendable {
     public var id: String
     public var device: String
     public var modified: String
     public var size: Int64
     public var digest: String
+    public var path: String
 
-    public init(_ version: ConflictVersion) {
+    /// `name`: the name of the file it is a version of.
+    public init(_ version: ConflictVersion, of name: String) {
         id = version.id.rawValue
         device = version.device
         modified = WallClock.isoSeconds(Int(version.modified / 1_000_000_000))
         size = version.size
         digest = version.digest.hex
+        path = ConflictVersion.folderName + "/" + ConflictVersion.fileName(version.id, of: name)
     }
 }
 

@@ -12,7 +12,8 @@ public struct ItemStatus: Sendable, Equatable {
     public var percentUploaded: Int
     public var hasUnresolvedConflicts: Bool
     /// The file's conflict versions, oldest edit first.
-    public var conflictVersions: [ConflictVersion]
+    /// Oldest first.
+    public var conflictVersions: [ConflictVersionEntry]
     public var downloadingError: String?
     public var uploadingError: String?
     public var pinned: Bool
@@ -44,7 +45,9 @@ public struct ItemStatus: Sendable, Equatable {
         isUploaded = !unsent
         isUploading = uploading
         percentUploaded = unsent ? (uploadPercent ?? 0) : 100
-        conflictVersions = item.conflicts.filter { !settledHere.contains($0.id) }.sorted { ($0.modified, $0.id.rawValue) < ($1.modified, $1.id.rawValue) }
+        conflictVersions = item.conflicts.filter { !settledHere.contains($0.id) }
+            .sorted { ($0.modified, $0.id.rawValue) < ($1.modified, $1.id.rawValue) }
+            .map { ConflictVersionEntry($0, of: item.name) }
         hasUnresolvedConflicts = !conflictVersions.isEmpty
         downloadingError = item.downloadError
         uploadingError = item.uploadError
@@ -90,9 +93,9 @@ public struct ItemStatus: Sendable, Equatable {
 extension ItemStatus {
     /// The value of `user.ubiq.conflictVersions`: a JSON array, one object per version, keys
     /// sorted, so that scripts read it with any JSON tool and `ubiq versions` prints it.
-    public static func listing(_ versions: [ConflictVersion]) -> String {
+    public static func listing(_ versions: [ConflictVersionEntry]) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: (try? encoder.encode(versions.map(ConflictVersionEntry.init))) ?? Data("[]".utf8), as: UTF8.self)
+        return String(decoding: (try? encoder.encode(versions)) ?? Data("[]".utf8), as: UTF8.self)
     }
 }

@@ -90,6 +90,14 @@ public struct LocalItem: Sendable, Hashable {
 
     public static let rootIno: Int64 = 1
 
+    /// The stored name of the read-only folder that shows the files' conflict versions (see
+    /// docs/SEMANTICS.md, "Conflicts"): a name no item can have (it holds a slash), so no item
+    /// of the container ever meets it. The mount shows it at its top as `versionsFolderShownName`.
+    public static let versionsFolderName = "/versions"
+    /// Looked up by name, never listed: as ZFS's `.zfs`, it stays out of `find`, `ls -a` and
+    /// copies of the whole tree.
+    public static let versionsFolderShownName = ConflictVersion.folderName
+
     /// Takes the server's revision of the item, and what every revision carries besides its
     /// content and place: the file's conflict versions.
     public mutating func takeRevision(of server: ItemMetadata) {

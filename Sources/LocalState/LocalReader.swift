@@ -55,7 +55,17 @@ public struct LocalReader {
     }
 
     public func isExcluded(_ ino: Int64) throws -> Bool {
-        try walkUp(from: ino) { $0.name.hasSuffix(".nosync") } == .stopped
+        try walkUp(from: ino) { $0.name.hasSuffix(".nosync") || $0.name == LocalItem.versionsFolderName } == .stopped
+    }
+
+    /// The versions folder's row (migration v12).
+    public func versionsFolder() throws -> LocalItem? {
+        try child(of: LocalItem.rootIno, named: LocalItem.versionsFolderName)
+    }
+
+    /// Files with conflict versions on the server.
+    public func itemsWithConflicts() throws -> [LocalItem] {
+        try items("SELECT * FROM items WHERE conflicts IS NOT NULL")
     }
 
     enum WalkEnd { case top, stopped, missing }

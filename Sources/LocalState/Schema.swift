@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import ItemModel
 
 extension LocalStore {
     static var migrator: DatabaseMigrator {
@@ -126,6 +127,17 @@ extension LocalStore {
             try db.execute(sql: "ALTER TABLE sent_creates ADD COLUMN item_id TEXT")
             try db.execute(sql: "UPDATE sent_creates SET item_id = (SELECT item_id FROM items WHERE items.ino = sent_creates.ino)")
             try db.execute(sql: "CREATE INDEX sent_creates_by_item ON sent_creates (item_id)")
+        }
+        m.registerMigration("v12: the versions folder") { db in
+            // The read-only folder that shows conflict versions as files (see
+            // `LocalItem.versionsFolderName`): a local-only row under the root, under a name no
+            // item can have, so that no item of the container ever meets it.
+            try db.execute(
+                sql: """
+                    INSERT INTO items (item_id, parent, name, kind, size, mode, uid, gid, created, modified, changed, xattrs, content)
+                    SELECT ?, 1, ?, 'folder', 0, 365, uid, gid, created, created, created, x'7b7d', 'current' FROM items WHERE ino = 1
+                    """,
+                arguments: [ItemID.random().rawValue, LocalItem.versionsFolderName])
         }
         return m
     }

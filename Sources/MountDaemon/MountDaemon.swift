@@ -107,11 +107,14 @@ public enum MountDaemon {
         }
         // The root folder is the mounting user's, as every item from the server is: a cache
         // made its row with uid 0, and an ordinary user could then write nothing into their
-        // own mount. Written only when it differs, for the same reason as the meta above.
-        if var root = try store.read({ try $0.item(LocalItem.rootIno) }), root.uid != getuid() || root.gid != getgid() {
-            root.uid = getuid()
-            root.gid = getgid()
-            try store.write { try $0.update(root) }
+        // own mount. So is the versions folder. Written only when it differs, for the same
+        // reason as the meta above.
+        for folder in try store.read({ r in [try r.item(LocalItem.rootIno), try r.versionsFolder()].compactMap { $0 } })
+        where folder.uid != getuid() || folder.gid != getgid() {
+            var owned = folder
+            owned.uid = getuid()
+            owned.gid = getgid()
+            try store.write { try $0.update(owned) }
         }
         let client = SyncHTTPClient(baseURL: configuration.serverURL, token: configuration.token, container: configuration.container,
                                     freshToken: configuration.freshToken)

@@ -24,6 +24,8 @@ public enum FSError: Error, Sendable, Equatable {
     /// or create what is there now.
     case stale
     case noSpace
+    /// The versions folder and its files cannot be changed.
+    case readOnlyFileSystem
     /// Content could not be fetched or stored; the item's error attribute says why.
     case io
 
@@ -56,6 +58,7 @@ public enum FSError: Error, Sendable, Equatable {
         case .badHandle: EBADF
         case .stale: ESTALE
         case .noSpace: ENOSPC
+        case .readOnlyFileSystem: EROFS
         case .io: EIO
         }
     }

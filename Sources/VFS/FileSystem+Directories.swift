@@ -19,8 +19,11 @@ extension FileSystem {
         guard let dir = directories.withLock({ $0.open[handle] }) else { throw .badHandle }
         var entries = dir.entries ?? []
         if dir.entries == nil || offset == 0 {
+            if dir.ino == versionsFolder { try refreshVersionsFolder() }
             do {
-                entries = try store.read { try $0.children(of: dir.ino) }.map { DirectoryEntry(name: $0.name, attributes: attributes(of: $0)) }
+                entries = try store.read { try $0.children(of: dir.ino) }
+                    .filter { $0.name != LocalItem.versionsFolderName }  // looked up, never listed
+                    .map { DirectoryEntry(name: $0.name, attributes: attributes(of: $0)) }
             } catch { throw .io }
             directories.withLock { $0.open[handle]?.entries = entries }
         }
@@ -39,6 +42,7 @@ extension FileSystem {
     }
 
     public func makeDirectory(parent: Int64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32) throws(FSError) -> NodeAttributes {
+        try refuseChange(in: parent, name: name)
         let n = try Self.name(name)
         let now = Self.now()
         let made = try commit(Rerunnable { [self] w in

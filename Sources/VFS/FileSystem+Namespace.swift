@@ -12,6 +12,7 @@ extension FileSystem {
     }
 
     func remove(parent: Int64, name: [UInt8], folder: Bool) throws(FSError) {
+        try refuseChange(in: parent, name: name)
         let n = try Self.name(name)
         let now = Self.now()
         let removed = try commit(Rerunnable { [self] w -> LocalItem in
@@ -57,6 +58,8 @@ extension FileSystem {
     public func rename(parent: Int64, name: [UInt8], newParent: Int64, newName: [UInt8], noReplace: Bool, exchange: Bool, whiteout: Bool = false) throws(FSError) {
         if whiteout { throw .invalidArgument }
         if exchange { throw .invalidArgument }
+        try refuseChange(in: parent, name: name)
+        try refuseChange(in: newParent, name: newName)
         let from = try Self.name(name)
         let to = try Self.name(newName)
         let now = Self.now()

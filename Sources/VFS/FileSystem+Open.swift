@@ -19,6 +19,7 @@ extension FileSystem {
     }
 
     public func createFile(parent: Int64, name: [UInt8], mode: UInt32, flags: Int32, uid: UInt32, gid: UInt32) throws(FSError) -> Opened {
+        try refuseChange(in: parent, name: name)
         let n = try Self.name(name)
         let now = Self.now()
         let made = try commit(Rerunnable { [self] w in
@@ -48,6 +49,7 @@ extension FileSystem {
     public func open(_ ino: Int64, flags: Int32) async throws(FSError) -> Opened {
         let item = try openable(ino)
         guard item.kind == .file else { throw .isADirectory }
+        if Self.isWritable(flags) { try refuseChange(of: item) }
         let waited = Self.needsContent(item, flags: flags, openForWriting: openFiles.isOpenForWriting(ino))
         if waited {
             do {
@@ -72,6 +74,7 @@ extension FileSystem {
     public func openIfLocal(_ ino: Int64, flags: Int32) throws(FSError) -> Opened? {
         let item = try openable(ino)
         guard item.kind == .file else { throw .isADirectory }
+        if Self.isWritable(flags) { try refuseChange(of: item) }
         if Self.needsContent(item, flags: flags, openForWriting: openFiles.isOpenForWriting(ino)) { return nil }
         return try finishOpen(item, flags: flags, wasLocal: item.content.isWhole)
     }

@@ -164,6 +164,7 @@ extension FileSystem {
 
     public func setAttributes(_ ino: Int64, _ changes: AttributeChanges, handle: UInt64?) async throws(FSError) -> NodeAttributes {
         var item = try item(ino)
+        try refuseChange(of: item)
         if let size = changes.size {
             guard item.kind == .file else { throw .isADirectory }
             if size != 0 && item.content.needsDownload {

@@ -41,6 +41,8 @@ public final class FileSystem: Sendable {
     }
     /// Folders whose entries changed without a request of the kernel's.
     let listings: FolderListings
+    /// The versions folder's inode (see FileSystem+Versions.swift).
+    let versionsFolder: Int64?
 
     /// `store`, `cache` and `openFiles` are the engine's own: the file system reads and writes
     /// the same database, cache files and table of files in use.
@@ -52,6 +54,7 @@ public final class FileSystem: Sendable {
         self.cache = cache
         self.identityToken = identityToken
         self.logger = logger
+        versionsFolder = (try? store.read { try $0.versionsFolder()?.ino }) ?? nil
     }
 
     // MARK: Lookup and attributes
@@ -86,7 +89,9 @@ public final class FileSystem: Sendable {
 
     /// nil: no such name (the bridge answers a cacheable negative entry).
     public func lookup(parent: Int64, name: [UInt8]) throws(FSError) -> NodeAttributes? {
-        guard let text = String(validating: name, as: UTF8.self) else { return nil }
+        guard var text = String(validating: name, as: UTF8.self) else { return nil }
+        text = storedName(text, in: parent)
+        if parent == versionsFolder { try refreshVersionsFolder() }
         // One read answers both: the child, and (when there is none) whether the folder is.
         let found: (child: LocalItem?, parentExists: Bool)
         do {

@@ -4,7 +4,8 @@ import ItemModel
 
 /// `ubiq versions PATH`: the file's current version and its conflict versions, read from the
 /// file's `user.ubiq.conflictVersions` attribute (docs/SEMANTICS.md, "Conflicts"): listing
-/// never downloads.
+/// never downloads. Each version is given with the path of its read-only file in the mount's
+/// versions folder, which `cat`, `cp` and `diff` read.
 struct Versions: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "List a file's current version and its conflict versions.")
     @Argument(help: "A file inside a mount.") var path: String
@@ -14,15 +15,16 @@ struct Versions: AsyncParsableCommand {
         let (absolute, info) = try Self.file(path)
         let versions = try Self.conflictVersions(of: absolute, shownAs: path)
         let current = (modified: WallClock.isoSeconds(info.st_mtim.tv_sec), size: Int64(info.st_size))
+        let top = MountTable.mount(containing: absolute) ?? ""
         if json {
             print(jsonLine(["path": path, "version": "current", "modified": current.modified, "size": current.size]))
             for v in versions {
-                print(jsonLine(["path": path, "version": v.id, "device": v.device, "modified": v.modified, "size": v.size, "digest": v.digest]))
+                print(jsonLine(["path": top + "/" + v.path, "version": v.id, "device": v.device, "modified": v.modified, "size": v.size, "digest": v.digest]))
             }
             return
         }
-        print(Self.row("current", "", current.modified, current.size))
-        for v in versions { print(Self.row(v.id, "from \(v.device)", v.modified, v.size)) }
+        print(Self.row("current", "", current.modified, current.size, path))
+        for v in versions { print(Self.row(v.id, "from \(v.device)", v.modified, v.size, top + "/" + v.path)) }
     }
 
     /// A file inside a mount, with its `stat`; exit 1 for anything else.
@@ -41,9 +43,9 @@ struct Versions: AsyncParsableCommand {
         }
     }
 
-    static func row(_ version: String, _ origin: String, _ modified: String, _ size: Int64) -> String {
+    static func row(_ version: String, _ origin: String, _ modified: String, _ size: Int64, _ path: String) -> String {
         func padded(_ s: String, _ width: Int) -> String { s.count >= width ? s : s + String(repeating: " ", count: width - s.count) }
-        return padded(version, 32) + "  " + padded(origin, 20) + "  " + modified + "  " + "\(size) bytes"
+        return padded(version, 32) + "  " + padded(origin, 20) + "  " + modified + "  " + padded("\(size) bytes", 14) + "  " + path
     }
 }
 

@@ -142,8 +142,11 @@ struct Harness: Sendable {
         try await eventually(what) { try outbox().isEmpty && caughtUp() }
     }
 
+    /// The names a listing of the folder gives, as the kernel reads them.
     func children(_ ino: Int64 = rootIno) throws -> [String] {
-        try store.read { try $0.children(of: ino) }.map(\.name)
+        let handle = try fs.openDirectory(ino)
+        defer { fs.closeDirectory(handle) }
+        return try fs.readDirectory(handle, from: 0).map(\.name)
     }
 
     /// Resolves `/a/b` through `lookup`, as the kernel does.

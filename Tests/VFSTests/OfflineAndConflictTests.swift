@@ -295,6 +295,47 @@ struct ConflictTests {
         }
     }
 
+    @Test("a conflict version reads as a read-only file in the versions folder, looked up but never listed, until it is resolved")
+    func versionsFolder() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let theirs = Array("the other device's edit".utf8)
+        let mine = Array("this device's edit".utf8)
+        let ino = try h.writeNewFile("shared.txt", Array("base".utf8))
+        try await h.running {
+            #expect(try h.children(h.requireIno("/.ubiq-versions")).isEmpty)
+            let (_, version) = try await keptAsConflictVersion(h, ino, theirs: theirs, mine: mine)
+            let listed = try JSONDecoder().decode([ConflictVersionEntry].self, from: Data(try #require(try h.xattr(ino, "user.ubiq.conflictVersions")).utf8))
+            let path = "/.ubiq-versions/\(version.id.rawValue).txt"
+            #expect(listed.map(\.path) == [String(path.dropFirst())])
+            let top = try h.children()
+            #expect(!top.contains { $0.contains("versions") }, "not listed at the top: \(top)")
+            let folder = try h.requireIno("/.ubiq-versions")
+            #expect(try h.children(folder) == ["\(version.id.rawValue).txt"])
+            let file = try h.requireIno(path)
+            let attributes = try h.fs.attributes(file)
+            #expect(attributes.size == Int64(mine.count) && attributes.mode & 0o777 == 0o444 && attributes.blocks == 0, "a placeholder")
+            #expect(try await h.read(file) == mine, "downloaded on open, like any placeholder")
+
+            // Nothing in it changes.
+            let name = n("\(version.id.rawValue).txt")
+            #expect(errnoOf { try h.fs.createFile(parent: folder, name: n("new"), mode: 0o644, flags: O_CREAT | O_WRONLY, uid: 0, gid: 0) } == EROFS)
+            #expect(errnoOf { try h.fs.unlink(parent: folder, name: name) } == EROFS)
+            #expect(errnoOf { try h.fs.rename(parent: folder, name: name, newParent: rootIno, newName: n("out"), noReplace: false, exchange: false) } == EROFS)
+            #expect(errnoOf { try h.fs.rename(parent: rootIno, name: n("shared.txt"), newParent: folder, newName: n("in"), noReplace: false, exchange: false) } == EROFS)
+            #expect(errnoOf { try h.fs.setXattr(file, name: "user.note", value: [1], create: false, replace: false) } == EROFS)
+            #expect(await errnoOf { try await h.fs.open(file, flags: O_WRONLY) } == EROFS)
+            #expect(errnoOf { try h.fs.makeDirectory(parent: rootIno, name: n(".ubiq-versions"), mode: 0o755, uid: 0, gid: 0) } == EROFS)
+            #expect(errnoOf { try h.fs.removeDirectory(parent: rootIno, name: n(".ubiq-versions")) } == EROFS)
+            #expect(try h.pending(file).isEmpty && h.remote.tree().keys.sorted() == ["/shared.txt"], "never sent")
+
+            // Resolved: the version's file goes.
+            try h.fs.setXattr(ino, name: "user.ubiq.resolve", value: Array("keep-current".utf8), create: false, replace: false)
+            #expect(try h.ino(path) == nil)
+            #expect(try h.children(folder).isEmpty)
+        }
+    }
+
     @Test("two devices resolve one conflict at once: the first resolution to reach the server wins, and the second settles on it")
     func resolvedOnTwoDevicesAtOnce() async throws {
         let h = try Harness()
