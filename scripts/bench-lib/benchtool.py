@@ -12,6 +12,7 @@ import http.client
 import json
 import math
 import os
+import secrets
 import socket
 import statistics
 import sys
@@ -292,6 +293,50 @@ def cmd_ubiq_create(a):
     print(f"{time.time():.6f}")
 
 
+def cmd_ubiq_conflict(a):
+    """One conflict on the file PATH of the mount (NAME at the container root), timed from the
+    server's refusal of another device's stale edit until the mount flags the file: the mount's
+    own edit reached the server first, and the other device, refused, keeps its edit as a
+    conflict version, as a mount does. Prints the milliseconds."""
+    m = load_manifest(a.manifest)
+    api = Api(m["server"], m["token"])
+
+    def server_item(content):
+        digest = hashlib.sha256(content).hexdigest()
+        found = []
+
+        def landed():
+            found[:] = [i for i in api.children("root") if i["name"] == a.name and i.get("digest") == digest]
+            return bool(found)
+        poll(landed, a.deadline, 0.005, f"{a.name} with its new content on the server")
+        return found[0]
+
+    def write(content):
+        with open(a.path, "wb") as f:
+            f.write(content)
+
+    write(b"base\n")
+    base = server_item(b"base\n")
+    write(b"the mount's edit\n")
+    server_item(b"the mount's edit\n")
+    theirs = b"the other device's edit\n"
+    blob = api.put_blob(theirs)
+    api.request("PUT", f"/v1/containers/{CONTAINER}/items/{base['id']}/content",
+                {"baseRevision": base["revision"], "digest": blob, "size": len(theirs)}, ok=(409,))
+    refused = time.time()
+    version = {"id": secrets.token_hex(16), "digest": blob, "size": len(theirs), "device": "bench-other",
+               "modified": time.time_ns(), "base": base["revision"]}
+    api.request("POST", f"/v1/containers/{CONTAINER}/items/{base['id']}/conflicts", {"version": version})
+
+    def flagged():
+        try:
+            return os.getxattr(a.path, "user.ubiq.hasUnresolvedConflicts") == b"1"
+        except OSError:
+            return False
+    poll(flagged, a.deadline, 0.001, f"{a.path} to show the conflict")
+    print(f"{(time.time() - refused) * 1000:.3f}")
+
+
 def cmd_ubiq_content_url(a):
     m = load_manifest(a.manifest)
     print(f"{m['server']}/v1/containers/{CONTAINER}/items/{m['ids'][a.name]}/content")
@@ -358,6 +403,7 @@ def rows(p):
         ("curl_file", "  curl of the same into a file on this disk", "MB/s"),
         ("cp_upload", f"cp -r {p.small:,} x 4 KiB files until on the server", "files/s"),
         ("change", "remote change visible in mount (median of 5)", "ms"),
+        ("conflict", "stale edit refused until the mount flags the file (median of 20)", "ms"),
     ]
 
 
@@ -434,6 +480,7 @@ def main():
         ("--threads", {"type": int, "default": 8}), ("--manifest", {"required": True}))
     add("ubiq-create", cmd_ubiq_create, ("manifest", {}), ("name", {}))
     add("ubiq-content-url", cmd_ubiq_content_url, ("manifest", {}), ("name", {}))
+    add("ubiq-conflict", cmd_ubiq_conflict, ("manifest", {}), ("name", {}), ("path", {}), ("deadline", {"type": float}))
     add("ubiq-token", cmd_ubiq_token, ("manifest", {}))
     add("ubiq-wait-folder", cmd_ubiq_wait_folder, ("manifest", {}), ("name", {}), ("count", {"type": int}),
         ("size", {"type": int}), ("deadline", {"type": float}))
