@@ -22,7 +22,9 @@ extension FileSystem {
             if dir.ino == versionsFolder { try refreshVersionsFolder() }
             do {
                 entries = try store.read { try $0.children(of: dir.ino) }
-                    .filter { $0.name != LocalItem.versionsFolderName }  // looked up, never listed
+                    // The versions folder is looked up, never listed; an item given its name
+                    // elsewhere is hidden behind it.
+                    .filter { dir.ino != LocalItem.rootIno || ($0.name != LocalItem.versionsFolderName && $0.name != LocalItem.versionsFolderShownName) }
                     .map { DirectoryEntry(name: $0.name, attributes: attributes(of: $0)) }
             } catch { throw .io }
             directories.withLock { $0.open[handle]?.entries = entries }

@@ -49,7 +49,10 @@ extension FileSystem {
             return removed
         })
         // A reader that has one open goes on reading it to the end.
-        for row in removed where !openFiles.detachIfOpen(row) { cache.remove(row.ino) }
+        for row in removed {
+            if !openFiles.detachIfOpen(row) { cache.remove(row.ino) }
+            content.cancelDownload(row.ino)
+        }
     }
 
     /// The name a lookup or listing of `parent` keeps it under: the versions folder's own.
