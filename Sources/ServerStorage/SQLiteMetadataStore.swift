@@ -145,6 +145,22 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             // JSON of the file's unresolved conflict versions; NULL when there are none.
             try db.execute(sql: "ALTER TABLE items ADD COLUMN conflicts BLOB")
         }
+        m.registerMigration("v4: earlier versions") { db in
+            // The contents files had before another replaced them, until the retention ends.
+            try db.execute(sql: """
+                CREATE TABLE earlier_versions (
+                    container_key INTEGER NOT NULL REFERENCES containers(key) ON DELETE CASCADE,
+                    item_id TEXT NOT NULL,
+                    revision INTEGER NOT NULL,
+                    digest TEXT NOT NULL,
+                    size INTEGER NOT NULL,
+                    modified INTEGER NOT NULL,
+                    replaced INTEGER NOT NULL,
+                    PRIMARY KEY (container_key, item_id, revision)
+                );
+                CREATE INDEX earlier_versions_by_age ON earlier_versions(replaced);
+                """)
+        }
         return m
     }
 
@@ -331,11 +347,65 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             var item = try Self.requireLive(id, container, db)
             guard item.kind == .file else { throw StorageError.notAFile(id) }
             guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
-            item.size = try Self.blobSize(digest, account: container.account, declared: declaredSize, db: db)
+            let size = try Self.blobSize(digest, account: container.account, declared: declaredSize, db: db)
+            try self.keepEarlier(item, replacedBy: digest, in: container, db: db)
+            item.size = size
             item.digest = digest
             item.modified = modified
             try Self.commit(&item, kind: .upsert, in: container, db: db)
             return item
+        }
+    }
+
+    /// Keeps the file's content as an earlier version before `digest` replaces it, inside the
+    /// caller's transaction: nothing when the content stays.
+    func keepEarlier(_ item: ItemMetadata, replacedBy digest: ContentDigest?, in container: ContainerRef, db: Database) throws {
+        guard item.kind == .file, let old = item.digest, old != digest, let revision = Int64(item.revision.rawValue) else { return }
+        try db.cachedStatement(sql: """
+            INSERT OR REPLACE INTO earlier_versions (container_key, item_id, revision, digest, size, modified, replaced)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: [container.key, item.id.rawValue, revision, old.hex, item.size, item.modified, now()])
+    }
+
+    public func earlierVersions(of id: ItemID, in container: ContainerRef) async throws -> [EarlierVersion] {
+        try readNow { db in
+            _ = try Self.requireLive(id, container, db)
+            return try Row.fetchAll(
+                try db.cachedStatement(sql: """
+                    SELECT revision, digest, size, modified, replaced FROM earlier_versions
+                    WHERE container_key = ? AND item_id = ? ORDER BY replaced DESC, revision DESC
+                    """),
+                arguments: [container.key, id.rawValue]
+            ).map { row in
+                EarlierVersion(revision: Revision(String(row["revision"] as Int64)), digest: try ContentDigest(hex: row["digest"]),
+                               size: row["size"], modified: row["modified"], replaced: row["replaced"])
+            }
+        }
+    }
+
+    public func restore(_ id: ItemID, base: Revision, from revision: Revision, in container: ContainerRef) async throws -> ItemMetadata {
+        try await write { db in
+            var item = try Self.requireLive(id, container, db)
+            guard item.kind == .file else { throw StorageError.notAFile(id) }
+            guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
+            guard let number = Int64(revision.rawValue), let row = try Row.fetchOne(
+                try db.cachedStatement(sql: "SELECT digest, size, modified FROM earlier_versions WHERE container_key = ? AND item_id = ? AND revision = ?"),
+                arguments: [container.key, id.rawValue, number])
+            else { throw StorageError.earlierVersionNotFound(revision) }
+            let digest = try ContentDigest(hex: row["digest"])
+            try self.keepEarlier(item, replacedBy: digest, in: container, db: db)
+            item.digest = digest
+            item.size = row["size"]
+            item.modified = row["modified"]
+            try Self.commit(&item, kind: .upsert, in: container, db: db)
+            return item
+        }
+    }
+
+    public func forgetEarlierVersions(replacedBefore cutoff: Timestamp) async throws -> Int {
+        try await write { db in
+            try db.cachedStatement(sql: "DELETE FROM earlier_versions WHERE replaced < ?").execute(arguments: [cutoff])
+            return db.changesCount
         }
     }
 
@@ -428,7 +498,9 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             let made: [ConflictCopy]
             do {
                 made = try item.conflictCopies(of: copies) { name in try Self.liveChild(named: try ItemName(name), of: parentID, container, db) != nil }
+                let before = item
                 try item.resolveConflicts(settled: settled.union(copies), keep: keep)
+                try self.keepEarlier(before, replacedBy: item.digest, in: container, db: db)
             } catch let error as UnknownConflictVersion {
                 throw StorageError.versionNotFound(error.id)
             }

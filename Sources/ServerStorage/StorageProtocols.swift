@@ -54,6 +54,8 @@ public enum StorageError: Error, Sendable, Equatable {
     case itemIDTaken(ItemID)
     /// The item has no conflict version with that identifier.
     case versionNotFound(ItemID)
+    /// The file has no earlier content of that revision (never, or no longer kept).
+    case earlierVersionNotFound(Revision)
     /// A conflict version's device name is empty or longer than `ConflictVersion.maxDeviceBytes`.
     case invalidDevice(String)
     case invalidCursor(String)
@@ -152,6 +154,15 @@ public protocol MetadataStore: Sendable {
     /// (`ItemMetadata.conflictCopies`), all in one commit. A version kept since `base` is not
     /// in `settled` and stays, so two resolutions at once lose nothing nobody chose.
     func resolveConflicts(_ id: ItemID, base: Revision, settled: Set<ItemID>, keep: ItemID?, copies: Set<ItemID>, in container: ContainerRef) async throws -> ItemMetadata
+    /// The file's earlier contents still kept, the most recently replaced first. Every change
+    /// of a file's content (an update, a kept conflict version, a restore) keeps the content it
+    /// replaces, with the revision that had it.
+    func earlierVersions(of id: ItemID, in container: ContainerRef) async throws -> [EarlierVersion]
+    /// Makes the earlier content of `revision` the file's content again, as a new revision from
+    /// `base`.
+    func restore(_ id: ItemID, base: Revision, from revision: Revision, in container: ContainerRef) async throws -> ItemMetadata
+    /// Forgets every earlier content replaced before `cutoff`; returns how many went.
+    func forgetEarlierVersions(replacedBefore cutoff: Timestamp) async throws -> Int
 
     /// Records that `account` uploaded (and so may use) the blob. Existence of content is
     /// answered per account: one account cannot probe what another has stored.

@@ -48,6 +48,8 @@ extension APIError {
             self.init(.digestMismatch, "declared digest \(declared) but the body hashes to \(actual); nothing was stored")
         case .itemIDTaken(let id): self.init(.itemIDTaken, "item id '\(id)' is already used by another item")
         case .versionNotFound(let id): self.init(.versionNotFound, "the item has no conflict version '\(id)'")
+        case .earlierVersionNotFound(let revision):
+            self.init(.versionNotFound, "the file has no earlier version of revision \(revision) (never, or no longer kept)")
         case .invalidDevice(let name): self.init(.invalidDevice, "a device name must be 1 to \(ConflictVersion.maxDeviceBytes) bytes, not '\(name.prefix(80))'")
         case .invalidCursor(let c): self.init(.invalidCursor, "'\(c)' is not a cursor of this server")
         case .diskFull: self.init(.insufficientStorage, "the server's disk is full; nothing was changed")

@@ -391,6 +391,33 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             let tombstone = try await f.m.deleteItem(file.id, base: nil, recursive: false, in: f.container)
             try expect(tombstone.map(\.conflicts) == [[]], "a deleted file's versions go with it")
         },
+        StorageConformance("earlier versions: each replaced content is kept, listed newest first, restored as a new revision, forgotten by age") { f in
+            let file = try await f.file("notes.txt", "one")
+            let two = try await f.blob("two")
+            let r2 = try await f.m.updateContent(file.id, base: file.revision, digest: two, declaredSize: 3, modified: 20, in: f.container)
+            let moved = try await f.m.updateItem(file.id, base: r2.revision, update: ItemUpdate(name: try ItemName("renamed.txt")), in: f.container)
+            let three = try await f.blob("three")
+            let r3 = try await f.m.updateContent(file.id, base: moved.revision, digest: three, declaredSize: 5, modified: 30, in: f.container)
+            let same = try await f.m.updateContent(file.id, base: r3.revision, digest: three, declaredSize: 5, modified: 31, in: f.container)
+            let earlier = try await f.m.earlierVersions(of: file.id, in: f.container)
+            try expect(earlier.map(\.revision) == [moved.revision, file.revision], "one per replaced content, newest first (a rename keeps none, nor does the same content): \(earlier.map(\.revision))")
+            try expect(earlier.map(\.digest) == [two, file.digest!] && earlier.map(\.size) == [3, 3] && earlier.last?.modified == file.modified,
+                       "each with its content, size and time")
+            try await expectStorageError("an unknown revision", { if case .earlierVersionNotFound = $0 { true } else { false } }) {
+                try await f.m.restore(file.id, base: same.revision, from: Revision("999999"), in: f.container)
+            }
+            try await expectStorageError("a stale base", { if case .revisionConflict = $0 { true } else { false } }) {
+                try await f.m.restore(file.id, base: file.revision, from: file.revision, in: f.container)
+            }
+            let restored = try await f.m.restore(file.id, base: same.revision, from: file.revision, in: f.container)
+            try expect(restored.digest == file.digest && restored.size == 3 && restored.modified == file.modified && restored.revision.isNewer(than: same.revision),
+                       "the first content is current again, as a new revision")
+            try expect(try await f.allChanges().last?.item == restored, "in the change log")
+            try expect(try await f.m.earlierVersions(of: file.id, in: f.container).first?.digest == three, "and the content it replaced is kept")
+            try expect(try await f.m.forgetEarlierVersions(replacedBefore: 0) == 0, "none replaced before the epoch")
+            try expect(try await f.m.forgetEarlierVersions(replacedBefore: .max) == 3, "all three go")
+            try expect(try await f.m.earlierVersions(of: file.id, in: f.container).isEmpty, "none left")
+        },
         StorageConformance("conflict versions kept both: each becomes a sibling file in the same commit") { f in
             let file = try await f.file("notes.txt", "current")
             let theirs = try await f.blob("their edit")
