@@ -14,6 +14,8 @@ public enum APIPath {
     public static func xattrs(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/xattrs" }
     public static func conflicts(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/conflicts" }
     public static func resolve(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/resolve" }
+    public static func versions(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/versions" }
+    public static func restore(_ c: ContainerID, _ id: ItemID) -> String { item(c, id) + "/restore" }
     public static func batch(_ c: ContainerID) -> String { container(c) + "/batch" }
     public static func changes(_ c: ContainerID) -> String { container(c) + "/changes" }
     public static func changeStream(_ c: ContainerID) -> String { container(c) + "/changes/stream" }

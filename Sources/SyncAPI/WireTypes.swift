@@ -162,6 +162,24 @@ public struct ResolveConflictsRequest: Codable, Sendable {
     }
 }
 
+/// `GET /v1/containers/{c}/items/{id}/versions`: the file's earlier contents still kept, the
+/// most recently replaced first.
+public struct EarlierVersionList: Codable, Sendable {
+    public var versions: [EarlierVersion]
+    public init(versions: [EarlierVersion]) { self.versions = versions }
+}
+
+/// `POST /v1/containers/{c}/items/{id}/restore`: the earlier content of `revision` becomes the
+/// file's content again, as a new revision from `baseRevision`.
+public struct RestoreRequest: Codable, Sendable {
+    public var baseRevision: Revision
+    public var revision: Revision
+    public init(baseRevision: Revision, revision: Revision) {
+        self.baseRevision = baseRevision
+        self.revision = revision
+    }
+}
+
 /// `POST /v1/containers/{c}/batch`: several creates in one request (a folder of small files
 /// copied in). Each is checked as if sent alone to `POST …/items` and succeeds or fails on its
 /// own; the server stores all the inline contents first, then applies the creates in order and

@@ -227,6 +227,15 @@ public final class SyncHTTPClient: Sendable {
         try await call(.POST, APIPath.resolve(container, id), json: body)
     }
 
+    public func earlierVersions(of id: ItemID) async throws -> [EarlierVersion] {
+        let list: EarlierVersionList = try await call(.GET, APIPath.versions(container, id))
+        return list.versions
+    }
+
+    public func restore(_ id: ItemID, _ body: RestoreRequest) async throws -> ItemMetadata {
+        try await call(.POST, APIPath.restore(container, id), json: body)
+    }
+
     public func hasBlob(_ digest: ContentDigest) async throws -> Bool {
         let (status, body) = try await Self.send(http, request(.HEAD, APIPath.blob(digest)), deadline: requestDeadline)
         switch status {

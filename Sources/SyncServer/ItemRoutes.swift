@@ -62,6 +62,15 @@ extension SyncServer {
             let body = try await decode(AddConflictVersionRequest.self, request)
             return try json(try await c.addConflictVersion(try itemID(context), body))
         }
+        router.get("/v1/containers/:container/items/:item/versions") { _, context in
+            let c = try await container(context)
+            return try json(EarlierVersionList(versions: try await c.earlierVersions(of: try itemID(context))))
+        }
+        router.post("/v1/containers/:container/items/:item/restore") { request, context in
+            let c = try await container(context)
+            let body = try await decode(RestoreRequest.self, request)
+            return try json(try await c.restore(try itemID(context), body))
+        }
         router.post("/v1/containers/:container/items/:item/resolve") { request, context in
             let c = try await container(context)
             let body = try await decode(ResolveConflictsRequest.self, request)

@@ -83,6 +83,16 @@ public struct ContainerService: Sendable {
         return item
     }
 
+    public func earlierVersions(of id: ItemID) async throws -> [EarlierVersion] {
+        try await storage.metadata.earlierVersions(of: try RequestChecks.wellFormed(id), in: ref)
+    }
+
+    public func restore(_ id: ItemID, _ body: RestoreRequest) async throws -> ItemMetadata {
+        let item = try await storage.metadata.restore(try RequestChecks.wellFormed(id), base: body.baseRevision, from: body.revision, in: ref)
+        service.hub.publish(container: ref.key)
+        return item
+    }
+
     /// A live file and a reader of its content (the container grants the right to it).
     public func fileContent(_ id: ItemID) async throws -> (item: ItemMetadata, reader: any BlobReader) {
         let item = try await item(id)

@@ -97,6 +97,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .long, help: "Seconds a checked token is remembered without a database read; a removed account's tokens work that long. 0: check every request.")
     var authCacheSeconds: Int = 10
 
+    @Option(name: .long, help: "How long earlier contents of files are kept, for `ubiq versions --all` and `ubiq restore`: a number and s, m, h or d (30d, 12h).")
+    var keepVersions: String = "30d"
+
     @Flag(name: .long, help: "Stop, as on SIGTERM, when standard input reaches its end: a parent that holds the other end of a pipe takes the server with it however it exits.")
     var exitWithStdin = false
 
@@ -107,6 +110,19 @@ struct Serve: AsyncParsableCommand {
         guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
         guard (0...3600).contains(authCacheSeconds) else { throw ValidationError("--auth-cache-seconds must be 0 to 3600") }
+        guard Self.duration(keepVersions) != nil else { throw ValidationError("--keep-versions takes a number and s, m, h or d (for example 30d), not '\(keepVersions)'") }
+    }
+
+    /// `30d`, `12h`, `90m`, `45s`: a positive whole number and its unit.
+    static func duration(_ text: String) -> Duration? {
+        guard let unit = text.last, let n = Int64(text.dropLast()), n > 0 else { return nil }
+        switch unit {
+        case "s": return .seconds(n)
+        case "m": return .seconds(n * 60)
+        case "h": return .seconds(n * 3600)
+        case "d": return .seconds(n * 86400)
+        default: return nil
+        }
     }
 
     func run() async throws {
@@ -134,7 +150,8 @@ struct Serve: AsyncParsableCommand {
             // this raises is always the graceful way out, even when the input has ended already.
             if watchStdin { StandardInputWatch.start() }
         }
-        var configuration = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        let retention = VersionRetention(metadata: storage.metadata, keep: Self.duration(keepVersions) ?? .seconds(30 * 86400), logger: logger)
+        var configuration = ServiceGroupConfiguration(services: [app, retention], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         // A graceful shutdown waits for the requests in flight, but not for a client that
         // stopped reading a download or sending an upload: it would hold the process (and
         // whatever waits for it to exit) for as long as that client likes. Acknowledged

@@ -79,6 +79,37 @@ import Testing
         }
     }
 
+    @Test func earlierContentsAreListedRestoredAndForgottenAfterTheRetention() async throws {
+        try await withLive(extraArguments: ["--keep-versions", "2s"]) { live in
+            let (a, c) = (live.alice, live.c)
+            let file = try await a.createFile(c, parent: .root, name: "notes.txt", content: Data("one"))
+            var current = file
+            for text in ["two", "three"] {
+                let digest = try await a.uploadBlob(Data(text))
+                current = try await a.json(.PUT, APIPath.content(c, file.id), UpdateContentRequest(baseRevision: current.revision, digest: digest)).decode()
+            }
+            let listed = try await a.send(.GET, APIPath.versions(c, file.id)).decode(EarlierVersionList.self).versions
+            #expect(listed.map(\.digest) == [sha256(Data("two")), sha256(Data("one"))], "most recently replaced first")
+            #expect(listed.last?.revision == file.revision && listed.allSatisfy { $0.size == 3 })
+
+            let unknown = try await a.json(.POST, APIPath.restore(c, file.id), RestoreRequest(baseRevision: current.revision, revision: Revision("424242")))
+            #expect(unknown.status == 404 && unknown.errorCode == .versionNotFound, "\(unknown.text)")
+            let stale = try await a.json(.POST, APIPath.restore(c, file.id), RestoreRequest(baseRevision: file.revision, revision: file.revision))
+            #expect(stale.status == 409 && stale.errorCode == .revisionConflict)
+            let restored: ItemMetadata = try await a.json(.POST, APIPath.restore(c, file.id), RestoreRequest(baseRevision: current.revision, revision: file.revision)).decode()
+            #expect(restored.digest == file.digest && restored.revision.isNewer(than: current.revision))
+            #expect(try await a.send(.GET, APIPath.content(c, file.id)).body == Data("one"), "the first content is current again")
+            let changes = try await a.send(.GET, APIPath.changes(c)).decode(ChangePage.self).changes
+            #expect(changes.last?.item == restored, "other devices hear of it through the change log")
+            #expect(try await live.bob.send(.GET, APIPath.versions(c, file.id)).status == 404, "another account sees nothing")
+
+            // Past the retention, every earlier content is forgotten.
+            try await eventually(timeout: .seconds(20), "the earlier contents to be forgotten") {
+                try await a.send(.GET, APIPath.versions(c, file.id)).decode(EarlierVersionList.self).versions.isEmpty
+            }
+        }
+    }
+
     @Test func badNamesAreRefusedWithAStableCodeAndChangeNothing() async throws {
         try await withLive { live in
             let (a, c) = (live.alice, live.c)
