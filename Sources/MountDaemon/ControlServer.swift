@@ -23,6 +23,22 @@ struct ControlServer {
             requestUnmount()
             return try json(try report())
         }
+        router.get(RouterPath(ControlPath.earlierVersions)) { request, _ in
+            let ino = request.uri.queryParameters["ino"].flatMap { Int64(String($0)) } ?? 0
+            do { return try json(EarlierVersionsReport(versions: try await engine.earlierVersions(of: ino))) } catch let refusal as SyncEngine.EarlierVersionRefusal {
+                return try json(EarlierVersionsReport(error: refusal.message))
+            }
+        }
+        router.post(RouterPath(ControlPath.restore)) { request, _ in
+            let ino = request.uri.queryParameters["ino"].flatMap { Int64(String($0)) } ?? 0
+            let revision = Revision(String(request.uri.queryParameters["revision"] ?? ""))
+            do {
+                try await engine.restore(ino, revision: revision)
+                return try json(RestoreReport())
+            } catch let refusal as SyncEngine.EarlierVersionRefusal {
+                return try json(RestoreReport(error: refusal.message))
+            }
+        }
         router.get(RouterPath(ControlPath.events)) { _, _ in
             let (stream, cancel) = events.subscribe()
             return Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: ResponseBody { writer in

@@ -1,3 +1,5 @@
+import ItemModel
+
 /// The mount daemon's control socket (`CACHE/control.sock`), spoken by the `ubiq` command.
 /// JSON over HTTP on a Unix socket; local to the machine and to the user who owns the cache.
 public enum ControlPath {
@@ -8,6 +10,27 @@ public enum ControlPath {
     public static let unmount = "/unmount"
     /// `GET /events`: one JSON object per line, as `ubiq monitor` prints them.
     public static let events = "/events"
+    /// `GET /earlier-versions?ino=N`: the file's earlier contents, from the server
+    /// (`EarlierVersionsReport`).
+    public static let earlierVersions = "/earlier-versions"
+    /// `POST /restore?ino=N&revision=R`: makes that earlier content current (`RestoreReport`).
+    public static let restore = "/restore"
+}
+
+/// The answer to `GET /earlier-versions`: the versions, or why there are none to give.
+public struct EarlierVersionsReport: Codable, Sendable {
+    public var versions: [EarlierVersion]?
+    public var error: String?
+    public init(versions: [EarlierVersion]? = nil, error: String? = nil) {
+        self.versions = versions
+        self.error = error
+    }
+}
+
+/// The answer to `POST /restore`: nil `error` when the content is current again.
+public struct RestoreReport: Codable, Sendable {
+    public var error: String?
+    public init(error: String? = nil) { self.error = error }
 }
 
 public struct MountStatusReport: Codable, Sendable, Equatable {

@@ -54,6 +54,9 @@ public protocol RemoteStore: Sendable {
     func setXattrs(_ id: ItemID, _ request: SetXattrsRequest) async throws -> ItemMetadata
     func addConflictVersion(_ id: ItemID, _ request: AddConflictVersionRequest) async throws -> ItemMetadata
     func resolveConflicts(_ id: ItemID, _ request: ResolveConflictsRequest) async throws -> ItemMetadata
+    /// The file's earlier contents the server still keeps, the most recently replaced first.
+    func earlierVersions(of id: ItemID) async throws -> [EarlierVersion]
+    func restore(_ id: ItemID, _ request: RestoreRequest) async throws -> ItemMetadata
 }
 
 extension RemoteStore {

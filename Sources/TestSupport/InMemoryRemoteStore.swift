@@ -28,7 +28,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     /// The calls a client makes; the keys of the counters, gates and injected failures.
     public enum Operation: String, Sendable, Hashable, CaseIterable {
         case ensureContainer, changes, changeStream, item, download, hasBlob, uploadBlob
-        case createItem, createItems, updateContent, updateItem, deleteItem, setXattrs, addConflictVersion, resolveConflicts
+        case createItem, createItems, updateContent, updateItem, deleteItem, setXattrs, addConflictVersion, resolveConflicts, earlierVersions, restore
     }
 
     /// A path's entry in `tree()`.
@@ -46,6 +46,8 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         var seq: Int64 = 0
         /// Every item ever created, tombstones included (ids are never reused).
         var items: [ItemID: ItemMetadata] = [:]
+        /// Each file's earlier contents, the most recently replaced first (kept for ever here).
+        var earlier: [ItemID: [EarlierVersion]] = [:]
         /// The compacted log: each item's latest change.
         var log: [ItemID: ItemChange] = [:]
         var blobs: [ContentDigest: [UInt8]] = [:]
@@ -599,6 +601,21 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         return try await delivered(.resolveConflicts, try mutate { s in try s.resolveConflicts(id, request) })
     }
 
+    public func earlierVersions(of id: ItemID) async throws -> [EarlierVersion] {
+        try await enter(.earlierVersions)
+        defer { answer(.earlierVersions) }
+        return try await delivered(.earlierVersions, try mutate { s in
+            _ = try s.requireLive(id)
+            return s.earlier[id] ?? []
+        })
+    }
+
+    public func restore(_ id: ItemID, _ request: RestoreRequest) async throws -> ItemMetadata {
+        try await enter(.restore)
+        defer { answer(.restore) }
+        return try await delivered(.restore, try mutate { s in try s.restore(id, request, now: Self.now()) })
+    }
+
     // MARK: Plumbing
 
     /// Counts the call, then: offline → unreachable; an injected failure → it; a gate → wait.
@@ -808,9 +825,34 @@ extension InMemoryRemoteStore.State {
         var item = try requireLive(id)
         guard item.kind == .file else { throw Self.refused(.notAFile, "item '\(id)' is not a file") }
         guard item.revision == body.baseRevision else { throw conflict(item) }
-        item.size = try blobSize(body.digest, declared: body.size)
+        let size = try blobSize(body.digest, declared: body.size)
+        keepEarlier(item, replacedBy: body.digest, now: now)
+        item.size = size
         item.digest = body.digest
         item.modified = body.modified ?? now
+        commit(&item, kind: .upsert)
+        return item
+    }
+
+    /// As the server does: the content a change replaces is kept, with the revision that had it.
+    mutating func keepEarlier(_ item: ItemMetadata, replacedBy digest: ContentDigest?, now: Timestamp) {
+        guard item.kind == .file, let old = item.digest, old != digest else { return }
+        earlier[item.id, default: []].insert(
+            EarlierVersion(revision: item.revision, digest: old, size: item.size, modified: item.modified, replaced: now), at: 0)
+    }
+
+    mutating func restore(_ id: ItemID, _ body: RestoreRequest, now: Timestamp) throws -> ItemMetadata {
+        try InMemoryRemoteStore.wellFormed(id)
+        var item = try requireLive(id)
+        guard item.kind == .file else { throw Self.refused(.notAFile, "item '\(id)' is not a file") }
+        guard item.revision == body.baseRevision else { throw conflict(item) }
+        guard let chosen = earlier[id]?.first(where: { $0.revision == body.revision }) else {
+            throw Self.refused(.versionNotFound, "the file has no earlier version of revision \(body.revision)")
+        }
+        keepEarlier(item, replacedBy: chosen.digest, now: now)
+        item.digest = chosen.digest
+        item.size = chosen.size
+        item.modified = chosen.modified
         commit(&item, kind: .upsert)
         return item
     }
@@ -900,7 +942,9 @@ extension InMemoryRemoteStore.State {
         let made: [ConflictCopy]
         do {
             made = try item.conflictCopies(of: Set(body.copies)) { liveChild(named: $0, of: parentID) != nil }
+            let before = item
             try item.resolveConflicts(settled: Set(body.settled).union(body.copies), keep: body.keep)
+            keepEarlier(before, replacedBy: item.digest, now: InMemoryRemoteStore.now())
         } catch let error as UnknownConflictVersion {
             throw Self.refused(.versionNotFound, "the item has no conflict version '\(error.id)'")
         }

@@ -1,14 +1,19 @@
 import ArgumentParser
 import Foundation
 import ItemModel
+import MountDaemon
+import SyncAPI
+import SyncClient
 
 /// `ubiq versions PATH`: the file's current version and its conflict versions, read from the
 /// file's `user.ubiq.conflictVersions` attribute (docs/SEMANTICS.md, "Conflicts"): listing
 /// never downloads. Each version is given with the path of its read-only file in the mount's
-/// versions folder, which `cat`, `cp` and `diff` read.
+/// versions folder, which `cat`, `cp` and `diff` read. `--all` adds the earlier contents the
+/// server keeps (asked of the server through the mount's daemon), which `ubiq restore` brings back.
 struct Versions: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List a file's current version and its conflict versions.")
+    static let configuration = CommandConfiguration(abstract: "List a file's current version and its conflict versions (with --all, its earlier versions too).")
     @Argument(help: "A file inside a mount.") var path: String
+    @Flag(help: "Also the earlier versions the server keeps (needs the server).") var all = false
     @Flag(help: "One JSON object per line.") var json = false
 
     func run() async throws {
@@ -16,15 +21,43 @@ struct Versions: AsyncParsableCommand {
         let versions = try Self.conflictVersions(of: absolute, shownAs: path)
         let current = (modified: WallClock.isoSeconds(info.st_mtim.tv_sec), size: Int64(info.st_size))
         let top = MountTable.mount(containing: absolute) ?? ""
+        let earlier = all ? try await Self.earlierVersions(of: absolute, inode: Int64(info.st_ino), shownAs: path) : []
         if json {
-            print(jsonLine(["path": path, "version": "current", "modified": current.modified, "size": current.size]))
+            print(jsonLine(["path": path, "kind": "current", "version": "current", "modified": current.modified, "size": current.size]))
             for v in versions {
-                print(jsonLine(["path": top + "/" + v.path, "version": v.id, "device": v.device, "modified": v.modified, "size": v.size, "digest": v.digest]))
+                print(jsonLine(["path": top + "/" + v.path, "kind": "conflict", "version": v.id, "device": v.device, "modified": v.modified,
+                                "size": v.size, "digest": v.digest]))
+            }
+            for e in earlier {
+                print(jsonLine(["path": path, "kind": "earlier", "version": e.revision.rawValue, "modified": Self.iso(e.modified),
+                                "replaced": Self.iso(e.replaced), "size": e.size, "digest": e.digest.hex]))
             }
             return
         }
         print(Self.row("current", "", current.modified, current.size, path))
         for v in versions { print(Self.row(v.id, "from \(v.device)", v.modified, v.size, top + "/" + v.path)) }
+        for e in earlier {
+            print(Self.row(e.revision.rawValue, "replaced " + Self.iso(e.replaced), Self.iso(e.modified), e.size, "(ubiq restore \(path) \(e.revision.rawValue))"))
+        }
+    }
+
+    static func iso(_ time: Timestamp) -> String { WallClock.isoSeconds(Int(time / 1_000_000_000)) }
+
+    /// The mount's daemon for the file at `absolute`; exit 1 when none answers.
+    static func control(of absolute: String) throws -> ControlClient {
+        guard let top = MountTable.mount(containing: absolute), let cache = MountRegistry.cacheDirectory(of: top) else {
+            throw Failure("no daemon is registered for the mount of \(absolute)")
+        }
+        return ControlClient(socketPath: cache + "/control.sock")
+    }
+
+    static func earlierVersions(of absolute: String, inode: Int64, shownAs path: String) async throws -> [EarlierVersion] {
+        let report: EarlierVersionsReport
+        do { report = try await control(of: absolute).get(ControlPath.earlierVersions + "?ino=\(inode)", timeout: .seconds(70)) } catch {
+            throw Failure("\(path): the mount's daemon does not answer: \(error)")
+        }
+        if let error = report.error { throw Failure("\(path): \(error)") }
+        return report.versions ?? []
     }
 
     /// A file inside a mount, with its `stat`; exit 1 for anything else.
@@ -46,6 +79,29 @@ struct Versions: AsyncParsableCommand {
     static func row(_ version: String, _ origin: String, _ modified: String, _ size: Int64, _ path: String) -> String {
         func padded(_ s: String, _ width: Int) -> String { s.count >= width ? s : s + String(repeating: " ", count: width - s.count) }
         return padded(version, 32) + "  " + padded(origin, 20) + "  " + modified + "  " + padded("\(size) bytes", 14) + "  " + path
+    }
+}
+
+/// `ubiq restore PATH REVISION`: the earlier content of that revision (one `ubiq versions --all`
+/// lists) becomes the file's content again, as a new revision on every device. Online only.
+struct Restore: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Make an earlier version of a file (`ubiq versions --all` lists them) its current content again.")
+    @Argument(help: "A file inside a mount.") var path: String
+    @Argument(help: "The revision of the earlier version.") var revision: String
+
+    func validate() throws {
+        guard !revision.isEmpty, revision.allSatisfy(\.isNumber) else { throw ValidationError("a revision is a number, as `ubiq versions --all` lists it") }
+    }
+
+    func run() async throws {
+        let (absolute, info) = try Versions.file(path)
+        let report: RestoreReport
+        do {
+            report = try await Versions.control(of: absolute).post(ControlPath.restore + "?ino=\(info.st_ino)&revision=\(revision)", timeout: .seconds(70))
+        } catch {
+            throw Failure("\(path): the mount's daemon does not answer: \(error)")
+        }
+        if let error = report.error { throw Failure("\(path): cannot restore revision \(revision): \(error)") }
     }
 }
 

@@ -169,6 +169,46 @@ import Testing
             #expect(onServer == ["d": "dir", "d/f2": sha256Hex(Data("edited on B\n".utf8)), "d/f3": sha256Hex(Data("new\n".utf8))], "\(onServer)")
         }
     }
+
+    /// An earlier content, listed with `ubiq versions --all` on one device and restored there,
+    /// becomes current on both devices.
+    @Test func anEarlierVersionRestoredOnOneDeviceIsCurrentOnBoth() async throws {
+        try await withDevices(["A", "B"]) { server, devices in
+            let (a, b) = (devices[0], devices[1])
+            for text in ["one", "two", "three"] {
+                try await a.must("echo \(text) > \"$M/notes.txt\"")
+                try await a.waitUntilUploaded()
+            }
+            try await eventually("B to read the last version") { try await b.sh(#"cat "$M/notes.txt""#).stdout == "three\n" }
+            let notes = b.mountpoint + "/notes.txt"
+            let listed = try await b.ubiq(["versions", notes, "--all", "--json"])
+            #expect(listed.status == 0, "\(listed.stderr)")
+            let lines = listed.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            let earlier = lines.filter { $0["kind"] as? String == "earlier" }
+            #expect(earlier.map { $0["digest"] as? String } == [sha256Hex(Data("two\n".utf8)), sha256Hex(Data("one\n".utf8))], "\(listed.stdout)")
+            let first = try #require(earlier.last?["version"] as? String)
+            let plain = try await b.ubiq(["versions", notes, "--all"])
+            #expect(plain.status == 0 && plain.stdout.contains("ubiq restore"), "\(plain.stdout)")
+
+            #expect(try await b.ubiq(["restore", notes, "x1"]).status == 2, "not a revision")
+            let unknown = try await b.ubiq(["restore", notes, "999999"])
+            #expect(unknown.status == 1 && unknown.stderr.contains("no earlier version"), "\(unknown)")
+            let restored = try await b.ubiq(["restore", notes, first])
+            #expect(restored.status == 0, "\(restored.stderr)")
+            for device in [a, b] {
+                try await eventually(timeout: .seconds(20), "\(device.name) to read the restored version") {
+                    try await device.sh(#"cat "$M/notes.txt""#).stdout == "one\n"
+                }
+            }
+            #expect(try await serverItem(server, named: "notes.txt")?.digest == sha256(Data("one\n".utf8)))
+
+            // The server is needed: without it, a clear error.
+            server.kill9()
+            try await eventually("B to notice it is offline") { !(try await b.status().connected) }
+            let offline = try await b.ubiq(["versions", notes, "--all"])
+            #expect(offline.status == 1 && offline.stderr.contains("cannot be used now"), "\(offline)")
+        }
+    }
 }
 
 /// A live item of the root folder, as the server's HTTP API shows it.
