@@ -73,6 +73,8 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
+        // The query language: lexer, parser, key table and type checks; no I/O.
+        .target(name: "QueryLanguage"),
         .target(
             name: "VFS",
             dependencies: ["OpenFiles", "CacheFiles", "LocalState", "ItemModel", .product(name: "Logging", package: "swift-log")]
@@ -119,6 +121,7 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
+        .testTarget(name: "QueryLanguageTests", dependencies: ["QueryLanguage"]),
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"]),
         .testTarget(
             name: "VFSTests",
