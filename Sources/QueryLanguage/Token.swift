@@ -164,6 +164,8 @@ struct Lexer {
                 }
                 guard let v = UInt32(octal, radix: 8), let scalar = Unicode.Scalar(v) else { throw QueryError("bad octal escape", at: escapeAt) }
                 text.unicodeScalars.append(scalar)
+            // `\*` and `\?` keep their backslash: the pattern rules (S3) make them literal.
+            case "*", "?": text += "\\" + String(Character(e))
             default: text.unicodeScalars.append(e)  // `\\`, `\'`, `\"`, and any other: itself
             }
         }

@@ -72,7 +72,7 @@ extension QueryParser {
         switch key.type {
         case .string, .strings:
             guard case .string(let s) = value else { throw QueryError("\(key.name) is a string: compare it with a quoted string", at: position) }
-            if op == .matches {
+            if op == .matches && !s.isEmpty {
                 do { _ = try NSRegularExpression(pattern: s) } catch { throw QueryError("'\(s)' is not a regular expression", at: position) }
             }
             return value
