@@ -27,7 +27,7 @@ let package = Package(
         .executableTarget(
             name: "ubiq",
             dependencies: [
-                "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel", "DataFolderLock",
+                "QueryLanguage", "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel", "DataFolderLock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -46,7 +46,7 @@ let package = Package(
         .target(
             name: "MountDaemon",
             dependencies: [
-                "VFS", "SyncEngine", "OpenFiles", "CacheFiles", "SyncClient", "LocalState", "FuseKit", "SyncAPI", "ItemModel", "PageCache",
+                "MetadataIndex", "QueryLanguage", "VFS", "SyncEngine", "OpenFiles", "CacheFiles", "SyncClient", "LocalState", "FuseKit", "SyncAPI", "ItemModel", "PageCache",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -73,7 +73,9 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
-        // The query language: lexer, parser, key table and type checks; no I/O.
+        // A query over the mount's rows.
+        .target(name: "MetadataIndex", dependencies: ["QueryLanguage", "LocalState", "ItemModel"]),
+        // The query language: lexer, parser, key table, type checks and evaluation; no I/O.
         .target(name: "QueryLanguage"),
         .target(
             name: "VFS",

@@ -12,7 +12,6 @@ public struct ItemStatus: Sendable, Equatable {
     public var percentUploaded: Int
     public var hasUnresolvedConflicts: Bool
     /// The file's conflict versions, oldest edit first.
-    /// Oldest first.
     public var conflictVersions: [ConflictVersionEntry]
     public var downloadingError: String?
     public var uploadingError: String?

@@ -63,6 +63,11 @@ public struct LocalReader {
         try child(of: LocalItem.rootIno, named: LocalItem.versionsFolderName)
     }
 
+    /// Every row: what a query looks through.
+    public func allItems() throws -> [LocalItem] {
+        try items("SELECT * FROM items", [])
+    }
+
     /// Files with conflict versions on the server.
     public func itemsWithConflicts() throws -> [LocalItem] {
         try items("SELECT * FROM items WHERE conflicts IS NOT NULL")

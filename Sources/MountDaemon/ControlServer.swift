@@ -2,12 +2,17 @@ import Foundation
 import Hummingbird
 import ItemModel
 import Logging
+import MetadataIndex
+import QueryLanguage
+import VFS
 import SyncAPI
 import SyncEngine
 
 /// The control socket: `ubiq status`, `ubiq unmount` and `ubiq monitor` talk to the daemon here.
 struct ControlServer {
     let engine: SyncEngine
+    /// What queries read status attributes from.
+    let fs: FileSystem
     let configuration: MountConfiguration
     let events: EventFanOut
     let requestUnmount: @Sendable () -> Void
@@ -39,6 +44,13 @@ struct ControlServer {
                 return try json(RestoreReport(error: refusal.message))
             }
         }
+        router.get(RouterPath(ControlPath.query)) { request, _ in
+            let parameters = request.uri.queryParameters
+            let arguments = parameters["args"].flatMap { try? JSONDecoder().decode([String].self, from: Data(String($0).utf8)) } ?? []
+            return try json(runQuery(
+                String(parameters["q"] ?? ""), arguments: arguments, scope: parameters["scope"].flatMap { QueryScope(rawValue: String($0)) } ?? .all,
+                sort: parameters["sort"].map { String($0) } ?? ""))
+        }
         router.get(RouterPath(ControlPath.events)) { _, _ in
             let (stream, cancel) = events.subscribe()
             return Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: ResponseBody { writer in
@@ -54,6 +66,37 @@ struct ControlServer {
         return Application(
             router: router, configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "ubiq-mount"),
             logger: logger)
+    }
+
+    /// A one-shot query over the mount's rows (docs/QUERY_LANGUAGE.md).
+    func runQuery(_ text: String, arguments: [String], scope: QueryScope, sort: String) throws -> QueryAnswer {
+        let predicate: QueryPredicate
+        do throws(QueryError) { predicate = try QueryParser.parse(text, arguments: arguments) } catch {
+            return QueryAnswer(error: error.message, position: error.position)
+        }
+        var order: [(Key, descending: Bool)] = []
+        for name in sort.split(separator: ",").map(String.init) {
+            let descending = name.hasPrefix("-")
+            guard let key = KeyTable.key(named: descending ? String(name.dropFirst()) : name) else {
+                return QueryAnswer(error: "unknown sort key '\(name)'", position: nil)
+            }
+            order.append((key, descending))
+        }
+        let (items, versions) = try engine.store.read { r in (try r.allItems(), try r.versionsFolder()?.ino) }
+        let records = MetadataQuery.run(predicate, items: items, versionsFolder: versions, scope: scope, sort: order, clock: QueryClock()) { fs.status(of: $0) }
+        return QueryAnswer(results: records.map(Self.result))
+    }
+
+    static func result(_ r: QueryRecord) -> QueryResultItem {
+        func iso(_ t: Timestamp) -> String { WallClock.isoSeconds(Int(t / 1_000_000_000)) }
+        let contentType: String = if let key = KeyTable.key(named: "contentType"), case .string(let t) = r.value(key) { t } else { "public.data" }
+        let tags: [String] = if let key = KeyTable.key(named: "tags"), case .strings(let t) = r.value(key) { t } else { [] }
+        return QueryResultItem(
+            path: r.path, name: r.item.name, itemID: r.item.itemID.rawValue, kind: r.item.kind.rawValue, size: r.item.kind == .folder ? 0 : r.item.size,
+            created: iso(r.item.created), modified: iso(r.item.modified), contentType: contentType, downloadingStatus: r.status.downloadingStatus,
+            isDownloading: r.status.isDownloading, percentDownloaded: r.status.percentDownloaded, isUploaded: r.status.isUploaded,
+            isUploading: r.status.isUploading, percentUploaded: r.status.percentUploaded, hasUnresolvedConflicts: r.status.hasUnresolvedConflicts,
+            pinned: r.status.pinned, tags: tags)
     }
 
     func report() throws -> MountStatusReport {

@@ -147,7 +147,7 @@ public enum MountDaemon {
 
         unlink(configuration.controlSocket)
         let watcher = MountWatcher(mount: mount, logger: logger)
-        let control = ControlServer(engine: engine, configuration: configuration, events: events) { watcher.requestUnmount() }
+        let control = ControlServer(engine: engine, fs: fs, configuration: configuration, events: events) { watcher.requestUnmount() }
         let services: [any Service] = [
             watcher, engine.changeFeed, engine.outbox, engine.maintenance, invalidator,
             control.makeApplication(socketPath: configuration.controlSocket, logger: logger),

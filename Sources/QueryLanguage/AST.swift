@@ -1,8 +1,8 @@
 /// A parsed query: what the index evaluates.
-public indirect enum Predicate: Equatable, Sendable {
-    case and(Predicate, Predicate)
-    case or(Predicate, Predicate)
-    case not(Predicate)
+public indirect enum QueryPredicate: Equatable, Sendable {
+    case and(QueryPredicate, QueryPredicate)
+    case or(QueryPredicate, QueryPredicate)
+    case not(QueryPredicate)
     case constant(Bool)
     case comparison(Comparison)
 }

@@ -1,6 +1,6 @@
 import Foundation
 
-/// A value an item has for a key, as the index hands it to `Predicate.matches`.
+/// A value an item has for a key, as the index hands it to `QueryPredicate.matches`.
 public enum QueryValue: Equatable, Sendable {
     case string(String)
     case number(Double)
@@ -39,7 +39,7 @@ public struct QueryClock: Sendable {
     }
 }
 
-extension Predicate {
+extension QueryPredicate {
     /// Whether an item matches: `value` answers each key (nil when the item has none, S12).
     public func matches(_ value: (Key) -> QueryValue?, clock: QueryClock) -> Bool {
         switch self {

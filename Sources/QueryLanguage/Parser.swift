@@ -1,7 +1,7 @@
 import Foundation
 
 /// Parses a query of the NSPredicate subset (docs/QUERY_LANGUAGE.md: grammar G1–G11, precedence
-/// P1, types S13) into a `Predicate` whose keys are resolved and whose values have their keys'
+/// P1, types S13) into a `QueryPredicate` whose keys are resolved and whose values have their keys'
 /// types. It does no I/O; every error names the offset of the offending token.
 public struct QueryParser {
     var tokens: [Token]
@@ -12,7 +12,7 @@ public struct QueryParser {
     let length: Int
 
     /// `arguments` bind `%K` and `%@` in order; `variables` bind `$NAME`.
-    public static func parse(_ text: String, arguments: [String] = [], variables: [String: String] = [:]) throws(QueryError) -> Predicate {
+    public static func parse(_ text: String, arguments: [String] = [], variables: [String: String] = [:]) throws(QueryError) -> QueryPredicate {
         var lexer = Lexer(text)
         var parser = QueryParser(tokens: try lexer.tokens(), arguments: arguments, variables: variables, length: text.unicodeScalars.count)
         let predicate = try parser.predicate()
@@ -47,7 +47,7 @@ public struct QueryParser {
 
     // MARK: Predicates (P1: NOT binds tighter than AND, AND tighter than OR)
 
-    mutating func predicate() throws(QueryError) -> Predicate {
+    mutating func predicate() throws(QueryError) -> QueryPredicate {
         var left = try conjunction()
         while isWord(peek, "OR") || isMark(peek, "||") {
             _ = advance()
@@ -56,7 +56,7 @@ public struct QueryParser {
         return left
     }
 
-    mutating func conjunction() throws(QueryError) -> Predicate {
+    mutating func conjunction() throws(QueryError) -> QueryPredicate {
         var left = try negation()
         while isWord(peek, "AND") || isMark(peek, "&&") {
             _ = advance()
@@ -65,7 +65,7 @@ public struct QueryParser {
         return left
     }
 
-    mutating func negation() throws(QueryError) -> Predicate {
+    mutating func negation() throws(QueryError) -> QueryPredicate {
         if isWord(peek, "NOT") || isMark(peek, "!") {
             _ = advance()
             return .not(try negation())
@@ -73,7 +73,7 @@ public struct QueryParser {
         return try primary()
     }
 
-    mutating func primary() throws(QueryError) -> Predicate {
+    mutating func primary() throws(QueryError) -> QueryPredicate {
         if isMark(peek, "(") {
             _ = advance()
             let inner = try predicate()

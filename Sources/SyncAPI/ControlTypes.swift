@@ -15,6 +15,57 @@ public enum ControlPath {
     public static let earlierVersions = "/earlier-versions"
     /// `POST /restore?ino=N&revision=R`: makes that earlier content current (`RestoreReport`).
     public static let restore = "/restore"
+    /// `GET /query?q=PREDICATE&args=JSON-ARRAY&scope=S&sort=K,K`: a one-shot metadata query
+    /// (`QueryAnswer`).
+    public static let query = "/query"
+}
+
+/// The answer to `GET /query`: the matching items, or why the predicate cannot run (the
+/// offset, in Unicode scalars, of the offending token).
+public struct QueryAnswer: Codable, Sendable {
+    public var results: [QueryResultItem]?
+    public var error: String?
+    public var position: Int?
+    public init(results: [QueryResultItem]? = nil, error: String? = nil, position: Int? = nil) {
+        self.results = results
+        self.error = error
+        self.position = position
+    }
+}
+
+/// One item a query found, under the keys' short names, each with its JSON type.
+public struct QueryResultItem: Codable, Sendable, Equatable {
+    /// In the container, with a leading `/`.
+    public var path: String
+    public var name: String
+    public var itemID: String
+    public var kind: String
+    public var size: Int64
+    /// ISO 8601, UTC, to the second.
+    public var created: String
+    public var modified: String
+    public var contentType: String
+    public var downloadingStatus: String
+    public var isDownloading: Bool
+    public var percentDownloaded: Int
+    public var isUploaded: Bool
+    public var isUploading: Bool
+    public var percentUploaded: Int
+    public var hasUnresolvedConflicts: Bool
+    public var pinned: Bool
+    public var tags: [String]
+
+    public init(
+        path: String, name: String, itemID: String, kind: String, size: Int64, created: String, modified: String, contentType: String,
+        downloadingStatus: String, isDownloading: Bool, percentDownloaded: Int, isUploaded: Bool, isUploading: Bool, percentUploaded: Int,
+        hasUnresolvedConflicts: Bool, pinned: Bool, tags: [String]
+    ) {
+        (self.path, self.name, self.itemID, self.kind, self.size, self.created, self.modified, self.contentType) =
+            (path, name, itemID, kind, size, created, modified, contentType)
+        (self.downloadingStatus, self.isDownloading, self.percentDownloaded, self.isUploaded, self.isUploading, self.percentUploaded) =
+            (downloadingStatus, isDownloading, percentDownloaded, isUploaded, isUploading, percentUploaded)
+        (self.hasUnresolvedConflicts, self.pinned, self.tags) = (hasUnresolvedConflicts, pinned, tags)
+    }
 }
 
 /// The answer to `GET /earlier-versions`: the versions, or why there are none to give.

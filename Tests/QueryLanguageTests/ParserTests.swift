@@ -3,7 +3,7 @@ import Testing
 
 /// The grammar (G rules), precedence (P1) and type checks (S13) of docs/QUERY_LANGUAGE.md.
 struct ParserTests {
-    func parse(_ text: String, arguments: [String] = [], variables: [String: String] = [:]) throws -> Predicate {
+    func parse(_ text: String, arguments: [String] = [], variables: [String: String] = [:]) throws -> QueryPredicate {
         try QueryParser.parse(text, arguments: arguments, variables: variables)
     }
 
@@ -36,9 +36,9 @@ struct ParserTests {
 
     @Test("P1: NOT binds tighter than AND, and AND tighter than OR; both associate to the left")
     func precedence() throws {
-        let a = Predicate.comparison(try comparison("size == 1"))
-        let b = Predicate.comparison(try comparison("size == 2"))
-        let c = Predicate.comparison(try comparison("size == 3"))
+        let a = QueryPredicate.comparison(try comparison("size == 1"))
+        let b = QueryPredicate.comparison(try comparison("size == 2"))
+        let c = QueryPredicate.comparison(try comparison("size == 3"))
         #expect(try parse("size == 1 OR size == 2 AND size == 3") == .or(a, .and(b, c)))
         #expect(try parse("size == 1 && size == 2 || size == 3") == .or(.and(a, b), c))
         #expect(try parse("NOT size == 1 AND size == 2") == .and(.not(a), b))

@@ -1,0 +1,56 @@
+import Foundation
+import SyncAPI
+import TestSupport
+import Testing
+
+/// `ubiq query` on a real mount: placeholders are found like downloaded files, the predicates
+/// iCloud apps write work as they are, and a bad predicate is exit 2 with its position.
+@Suite(.serialized) struct QueryTests {
+    @Test func aQueryFindsPlaceholdersByNameTypeStatusTagsAndScope() async throws {
+        try await withDevices(["A", "B"]) { _, devices in
+            let (a, b) = (devices[0], devices[1])
+            try await a.must(#"""
+                mkdir -p "$M/Documents/Archive" && echo hello > "$M/notes.txt" && echo x > "$M/Documents/a.md" && echo old > "$M/Documents/Archive/b.md" &&
+                head -c 1500000 /dev/zero > "$M/big.bin" && setfattr -n user.xdg.tags -v "work, urgent" "$M/notes.txt"
+                """#)
+            try await a.waitUntilUploaded()
+            try await eventually("B to list every item") { try await b.sh(#"find "$M" -type f | wc -l"#).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "4" }
+            func query(_ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+                try await b.ubiq(["query"] + arguments + ["--mount", b.mountpoint])
+            }
+            func paths(_ arguments: [String]) async throws -> [String] {
+                let r = try await query(arguments)
+                #expect(r.status == 0, "\(arguments): \(r.stderr)")
+                return r.stdout.split(separator: "\n").map { String($0.dropFirst(b.mountpoint.count)) }
+            }
+            // Placeholders on B, found by the predicates apps write.
+            #expect(try await paths(["kMDItemFSName LIKE[c] '*.TXT'"]) == ["/notes.txt"])
+            #expect(try await paths(["NSMetadataItemFSNameKey == '*.md'"]) == ["/Documents/Archive/b.md", "/Documents/a.md"])
+            #expect(try await paths(["%K LIKE %@", "--arg", "NSMetadataItemFSNameKey", "--arg", "a.*"]) == ["/Documents/a.md"])
+            #expect(try await paths(["size > 1000000 AND modified > $time.today(-7)"]) == ["/big.bin"])
+            #expect(try await paths(["tags CONTAINS 'work' AND NOT (path BEGINSWITH '/Documents/Archive')"]) == ["/notes.txt"])
+            #expect(try await paths(["downloadingStatus == 'notDownloaded' AND contentType == 'net.daringfireball.markdown'"]).count == 2)
+            #expect(try await paths(["TRUEPREDICATE", "--scope", "documents", "--sort=-name"]) == ["/Documents/Archive/b.md", "/Documents/a.md", "/Documents/Archive"])
+            #expect(try await paths(["TRUEPREDICATE", "--scope", "data", "--sort", "size,name"]) == ["/Documents", "/notes.txt", "/big.bin"])
+            #expect(try await query(["TRUEPREDICATE", "--count"]).stdout == "6\n", "two folders and four files")
+            let unknownKey = try await query(["kind == 'x'"])
+            #expect(unknownKey.status == 2 && unknownKey.stderr.contains("at 0: unknown key 'kind'"), "\(unknownKey)")
+
+            // --json: one object per item, typed; a placeholder says so, and nothing was downloaded.
+            let json = try await query(["name == 'notes.txt'", "--json"])
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+            #expect(object["path"] as? String == "/notes.txt" && object["size"] as? Int == 6 && object["isUploaded"] as? Bool == true)
+            #expect(object["downloadingStatus"] as? String == "notDownloaded" && object["tags"] as? [String] == ["work", "urgent"])
+            #expect(try await b.xattr("notes.txt", "user.ubiq.downloadingStatus") == "notDownloaded")
+
+            // A bad predicate: exit 2, with where it is wrong.
+            let bad = try await query(["name == "])
+            #expect(bad.status == 2 && bad.stderr.contains("at 8"), "\(bad)")
+            let badJSON = try await query(["name ==[x] 'a'", "--json"])
+            #expect(badJSON.status == 2 && badJSON.stdout.contains(#""position":8"#), "\(badJSON)")
+            #expect(try await query(["TRUEPREDICATE", "--sort", "nosuchkey"]).status == 2)
+            let outside = try await b.ubiq(["query", "TRUEPREDICATE", "--mount", "/tmp"])
+            #expect(outside.status == 1 && outside.stderr.contains("not inside a ubiq mount"), "\(outside)")
+        }
+    }
+}
