@@ -68,6 +68,19 @@ public final class LocalStore: Sendable {
         }
     }
 
+    /// Yields after each commit that changed items, queued changes or resolutions, until
+    /// `stop` is called: what a live query re-reads on. (The yield is all that runs in the
+    /// committing thread.)
+    public func commits() -> (commits: AsyncStream<Void>, stop: @Sendable () -> Void) {
+        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let observation = DatabaseRegionObservation(tracking: Table("items"), Table("outbox"), Table("resolutions"))
+        let cancellable = observation.start(in: pool, onError: { _ in continuation.finish() }, onChange: { _ in continuation.yield() })
+        return (stream, {
+            cancellable.cancel()
+            continuation.finish()
+        })
+    }
+
     public func read<T>(_ body: (LocalReader) throws -> T) throws -> T {
         try pool.read { db in try body(LocalReader(db: db)) }
     }

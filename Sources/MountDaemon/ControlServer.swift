@@ -51,6 +51,67 @@ struct ControlServer {
                 String(parameters["q"] ?? ""), arguments: arguments, scope: parameters["scope"].flatMap { QueryScope(rawValue: String($0)) } ?? .all,
                 sort: parameters["sort"].map { String($0) } ?? ""))
         }
+        router.get(RouterPath(ControlPath.liveQuery)) { request, _ in
+            let parameters = request.uri.queryParameters
+            let arguments = parameters["args"].flatMap { try? JSONDecoder().decode([String].self, from: Data(String($0).utf8)) } ?? []
+            let text = String(parameters["q"] ?? "")
+            let scope = parameters["scope"].flatMap { QueryScope(rawValue: String($0)) } ?? .all
+            let sort = parameters["sort"].map { String($0) } ?? ""
+            let interval = parameters["interval"].flatMap { Double(String($0)) }.map { Duration.milliseconds(Int(max(0.001, $0) * 1000)) } ?? .milliseconds(100)
+            return Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: ResponseBody { writer in
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+                func send(_ line: LiveQueryLine) async throws {
+                    var data = try encoder.encode(line)
+                    data.append(UInt8(ascii: "\n"))
+                    try await writer.write(ByteBuffer(bytes: data))
+                }
+                // Listening before the snapshot: a commit after it is never missed (L7).
+                let (commits, stop) = engine.store.commits()
+                defer { stop() }
+                // L9: `$time` is fixed when the query starts.
+                let clock = QueryClock()
+                let first = try runQuery(text, arguments: arguments, scope: scope, sort: sort, clock: clock)
+                if let error = first.error {
+                    try await send(LiveQueryLine(event: "error", error: error, position: first.position))
+                    try await writer.finish(nil)
+                    return
+                }
+                var shown = Dictionary((first.results ?? []).map { ($0.itemID, $0) }, uniquingKeysWith: { a, _ in a })
+                for item in first.results ?? [] { try await send(LiveQueryLine(event: "result", item: item)) }
+                try await send(LiveQueryLine(event: "finishGathering"))
+                // A pass per batch of commits (L5), and once a second for what changes without a
+                // commit (a download's or an upload's progress).
+                let ticks = AsyncStream<Void> { continuation in
+                    let task = Task {
+                        while !Task.isCancelled {
+                            try? await Task.sleep(for: .seconds(1))
+                            continuation.yield()
+                        }
+                    }
+                    continuation.onTermination = { _ in task.cancel() }
+                }
+                let wakes = AsyncStream<Void>(bufferingPolicy: .bufferingNewest(1)) { continuation in
+                    let a = Task { for await _ in commits { continuation.yield() }; continuation.finish() }
+                    let b = Task { for await _ in ticks { continuation.yield() } }
+                    continuation.onTermination = { _ in a.cancel(); b.cancel() }
+                }
+                for await _ in wakes {
+                    try await Task.sleep(for: interval)
+                    let now = try runQuery(text, arguments: arguments, scope: scope, sort: sort, clock: clock).results ?? []
+                    let next = Dictionary(now.map { ($0.itemID, $0) }, uniquingKeysWith: { a, _ in a })
+                    let added = now.filter { shown[$0.itemID] == nil }
+                    let changed = now.filter { item in shown[item.itemID].map { $0 != item } ?? false }
+                    let removed = shown.values.filter { next[$0.itemID] == nil }.sorted { $0.path < $1.path }
+                        .map { LiveQueryLine.RemovedItem(itemID: $0.itemID, path: $0.path) }
+                    shown = next
+                    // L2: nothing to say about a batch that does not touch the results.
+                    guard !added.isEmpty || !changed.isEmpty || !removed.isEmpty else { continue }
+                    try await send(LiveQueryLine(event: "update", added: added, changed: changed, removed: removed))
+                }
+                try await writer.finish(nil)
+            })
+        }
         router.get(RouterPath(ControlPath.events)) { _, _ in
             let (stream, cancel) = events.subscribe()
             return Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: ResponseBody { writer in
@@ -69,7 +130,7 @@ struct ControlServer {
     }
 
     /// A one-shot query over the mount's rows (docs/QUERY_LANGUAGE.md).
-    func runQuery(_ text: String, arguments: [String], scope: QueryScope, sort: String) throws -> QueryAnswer {
+    func runQuery(_ text: String, arguments: [String], scope: QueryScope, sort: String, clock: QueryClock = QueryClock()) throws -> QueryAnswer {
         let predicate: QueryPredicate
         do throws(QueryError) { predicate = try QueryParser.parse(text, arguments: arguments) } catch {
             return QueryAnswer(error: error.message, position: error.position)
@@ -83,7 +144,7 @@ struct ControlServer {
             order.append((key, descending))
         }
         let (items, versions) = try engine.store.read { r in (try r.allItems(), try r.versionsFolder()?.ino) }
-        let records = MetadataQuery.run(predicate, items: items, versionsFolder: versions, scope: scope, sort: order, clock: QueryClock()) { fs.status(of: $0) }
+        let records = MetadataQuery.run(predicate, items: items, versionsFolder: versions, scope: scope, sort: order, clock: clock) { fs.status(of: $0) }
         return QueryAnswer(results: records.map(Self.result))
     }
 

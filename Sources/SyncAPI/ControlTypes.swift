@@ -18,6 +18,33 @@ public enum ControlPath {
     /// `GET /query?q=PREDICATE&args=JSON-ARRAY&scope=S&sort=K,K`: a one-shot metadata query
     /// (`QueryAnswer`).
     public static let query = "/query"
+    /// `GET /query/live?…` (the parameters of `/query`): JSON lines, `LiveQueryLine`, until the
+    /// client goes away.
+    public static let liveQuery = "/query/live"
+}
+
+/// One line of a live query (rules L1–L4): each initial result, then `finishGathering`, then an
+/// `update` per batch of changes that touches the result set; or one `error`.
+public struct LiveQueryLine: Codable, Sendable, Equatable {
+    public var event: String
+    public var item: QueryResultItem?
+    public var added: [QueryResultItem]?
+    public var changed: [QueryResultItem]?
+    public var removed: [RemovedItem]?
+    public var error: String?
+    public var position: Int?
+
+    public init(event: String, item: QueryResultItem? = nil, added: [QueryResultItem]? = nil, changed: [QueryResultItem]? = nil,
+                removed: [RemovedItem]? = nil, error: String? = nil, position: Int? = nil) {
+        (self.event, self.item, self.added, self.changed, self.removed, self.error, self.position) = (event, item, added, changed, removed, error, position)
+    }
+
+    /// An item that left the results: its identity and its last known path (L4).
+    public struct RemovedItem: Codable, Sendable, Equatable {
+        public var itemID: String
+        public var path: String
+        public init(itemID: String, path: String) { (self.itemID, self.path) = (itemID, path) }
+    }
 }
 
 /// The answer to `GET /query`: the matching items, or why the predicate cannot run (the

@@ -16,10 +16,15 @@ struct Query: AsyncParsableCommand {
     @Option(help: "Keys to order by, comma-separated; -KEY for descending. Ties go by path.") var sort: String?
     @Flag(help: "Print only how many items match.") var count = false
     @Flag(help: "One JSON object per item.") var json = false
+    @Flag(help: "Print the results, then {\"event\":\"finishGathering\"}, then an update line per batch of changes that touches them, until interrupted.")
+    var live = false
+    @Option(help: "With --live: seconds a batch of changes is collected for (default 0.1).") var batchInterval: Double = 0.1
     @Option(help: "The mount to query (default: the one containing the working directory).") var mount: String?
 
     func validate() throws {
         guard ["all", "documents", "data"].contains(scope) else { throw ValidationError("--scope is documents, data or all") }
+        guard batchInterval > 0 && batchInterval <= 60 else { throw ValidationError("--batch-interval is more than 0 and at most 60 seconds") }
+        if live && count { throw ValidationError("--count and --live do not go together") }
         for name in (sort ?? "").split(separator: ",") where KeyTable.key(named: name.hasPrefix("-") ? String(name.dropFirst()) : String(name)) == nil {
             throw ValidationError("--sort: unknown key '\(name)'")
         }
@@ -35,22 +40,17 @@ struct Query: AsyncParsableCommand {
             URLQueryItem(name: "args", value: String(decoding: try JSONEncoder().encode(arguments), as: UTF8.self)),
             URLQueryItem(name: "scope", value: scope),
             URLQueryItem(name: "sort", value: sort ?? ""),
+            URLQueryItem(name: "interval", value: String(batchInterval)),
         ]
         // `+` stays literal in a query string otherwise, and the server reads it as a space.
         let query = (parameters.percentEncodedQuery ?? "").replacingOccurrences(of: "+", with: "%2B")
+        let control = ControlClient(socketPath: cache + "/control.sock")
+        if live { return try await follow(control.lines(ControlPath.liveQuery + "?" + query), mountpoint: mountpoint) }
         let answer: QueryAnswer
-        do { answer = try await ControlClient(socketPath: cache + "/control.sock").get(ControlPath.query + "?" + query, timeout: .seconds(120)) } catch {
+        do { answer = try await control.get(ControlPath.query + "?" + query, timeout: .seconds(120)) } catch {
             throw Failure("the daemon of \(mountpoint) does not answer: \(error)")
         }
-        if let error = answer.error {
-            // G10: a bad predicate is bad usage, with the offset of the offending token.
-            if json {
-                print(jsonLine(["error": error, "position": answer.position ?? -1]))
-            } else {
-                printError("query: " + (answer.position.map { "at \($0): " } ?? "") + error)
-            }
-            throw ExitCode(2)
-        }
+        if let error = answer.error { try refuse(error, at: answer.position) }
         let results = answer.results ?? []
         if count {
             print(json ? jsonLine(["count": results.count]) : String(results.count))
@@ -61,5 +61,47 @@ struct Query: AsyncParsableCommand {
         for item in results {
             print(json ? String(decoding: try encoder.encode(item), as: UTF8.self) : mountpoint + item.path)
         }
+    }
+
+    /// G10: a bad predicate is bad usage, with the offset of the offending token.
+    func refuse(_ error: String, at position: Int?) throws -> Never {
+        if json {
+            print(jsonLine(["error": error, "position": position ?? -1]))
+        } else {
+            printError("query: " + (position.map { "at \($0): " } ?? "") + error)
+        }
+        throw ExitCode(2)
+    }
+
+    /// Prints a live query's lines as they come (L1): results as the one-shot query prints them,
+    /// then the events as JSON lines, with absolute paths unless `--json`.
+    func follow(_ lines: AsyncThrowingStream<String, Error>, mountpoint: String) async throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        func shown(_ item: QueryResultItem) throws -> Any {
+            json ? try JSONSerialization.jsonObject(with: try encoder.encode(item)) : mountpoint + item.path
+        }
+        do {
+            for try await text in lines {
+                guard let line = try? JSONDecoder().decode(LiveQueryLine.self, from: Data(text.utf8)) else { continue }
+                switch line.event {
+                case "error": try refuse(line.error ?? "the query cannot run", at: line.position)
+                case "result":
+                    guard let item = line.item else { continue }
+                    print(json ? String(decoding: try encoder.encode(item), as: UTF8.self) : mountpoint + item.path)
+                case "finishGathering": print(jsonLine(["event": "finishGathering"]))
+                case "update":
+                    let removed: [Any] = (line.removed ?? []).map { gone -> Any in json ? ["itemID": gone.itemID, "path": gone.path] : mountpoint + gone.path }
+                    print(jsonLine(["event": "update", "added": try (line.added ?? []).map(shown), "changed": try (line.changed ?? []).map(shown), "removed": removed]))
+                default: continue
+                }
+                fflush(nil)
+            }
+        } catch let exit as ExitCode {
+            throw exit
+        } catch {
+            throw Failure("the daemon of \(mountpoint) stopped answering: \(error)")
+        }
+        throw Failure("the mount at \(mountpoint) went away")
     }
 }

@@ -53,4 +53,56 @@ import Testing
             #expect(outside.status == 1 && outside.stderr.contains("not inside a ubiq mount"), "\(outside)")
         }
     }
+
+    /// A live query on B hears of what A does, and of B's own download finishing (L1–L6).
+    @Test func aLiveQueryOnBReportsAddedChangedAndRemovedItems() async throws {
+        try await withDevices(["A", "B"]) { _, devices in
+            let (a, b) = (devices[0], devices[1])
+            try await a.must(#"echo first > "$M/a.txt""#)
+            try await a.waitUntilUploaded()
+            try await eventually("B to list a.txt") { try await b.sh(#"ls "$M""#).stdout == "a.txt\n" }
+            let work = try TempDirectory("ubiq-live")
+            defer { work.remove() }
+            let out = work.path + "/out"
+            FileManager.default.createFile(atPath: out, contents: nil)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Binaries.path("ubiq"))
+            process.arguments = ["query", "--live", "--json", "name LIKE '*.txt'", "--mount", b.mountpoint]
+            process.environment = b.environment
+            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer { process.terminate() }
+            /// The JSON lines printed so far.
+            func lines() -> [[String: Any]] {
+                (try? String(contentsOfFile: out, encoding: .utf8))?.split(separator: "\n").compactMap {
+                    try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+                } ?? []
+            }
+            func updates() -> [[String: Any]] { lines().filter { $0["event"] as? String == "update" } }
+            func paths(_ update: [String: Any], _ field: String) -> [String] { (update[field] as? [[String: Any]] ?? []).compactMap { $0["path"] as? String } }
+            try await eventually("the initial results and the end of gathering") { lines().contains { $0["event"] as? String == "finishGathering" } }
+            #expect(lines().first?["path"] as? String == "/a.txt", "the initial result, then finishGathering")
+            #expect(lines().count == 2)
+
+            try await a.must(#"echo second > "$M/b.txt""#)
+            try await eventually("b.txt to be added") { updates().contains { paths($0, "added") == ["/b.txt"] } }
+            try await a.must(#"mv "$M/b.txt" "$M/c.txt""#)
+            try await eventually("the rename to be a change (same item, new path)") { updates().contains { paths($0, "changed") == ["/c.txt"] } }
+            try await a.must(#"mv "$M/c.txt" "$M/c.md""#)
+            try await eventually("the rename out of the predicate to be a removal") { updates().contains { paths($0, "removed") == ["/c.txt"] } }
+            try await b.must(#"cat "$M/a.txt" > /dev/null"#)
+            try await eventually("B's download of a.txt to be a change") {
+                updates().contains { u in (u["changed"] as? [[String: Any]] ?? []).contains { $0["path"] as? String == "/a.txt" && $0["downloadingStatus"] as? String == "current" } }
+            }
+            try await a.must(#"rm "$M/a.txt""#)
+            try await eventually("the deletion to be a removal") { updates().contains { paths($0, "removed") == ["/a.txt"] } }
+            // L2: every update touched the results; each item at most once per line.
+            for u in updates() {
+                let all = paths(u, "added") + paths(u, "changed") + paths(u, "removed")
+                #expect(!all.isEmpty && Set(all).count == all.count, "\(u)")
+            }
+            #expect(process.isRunning, "a live query runs until interrupted")
+        }
+    }
 }
