@@ -183,9 +183,11 @@ extension SyncEngine {
         let failed = try? store.write { w -> String? in
             try w.deferOp(seq, error: why, until: until)
             guard !offline, let ino, var item = try w.reader.item(ino) else { return nil }
+            let again = item.uploadError == why
             item.uploadError = why
             try w.update(item)
-            return try w.reader.path(of: ino)
+            // Once per reason, not at every retry of a wait.
+            return again ? nil : try w.reader.path(of: ino)
         }
         if let failed { observer.event(MountEvent(.uploadFailed, path: failed, detail: why)) }
     }
