@@ -40,7 +40,7 @@ public struct MountEvent: Sendable, Codable, Hashable {
     /// When it happened: ISO-8601, UTC, with milliseconds.
     public var time: String
     public var kind: MountEventKind
-    /// The item's path in the mount, from its top ("Documents/a.txt").
+    /// The item's path in the mount, from its top, starting with "/" ("/Documents/a.txt").
     public var path: String?
     /// For `renamed`: the path it had before.
     public var from: String?
