@@ -4,9 +4,10 @@ import ItemModel
 import Logging
 import MetadataIndex
 import QueryLanguage
-import VFS
+import ServiceLifecycle
 import SyncAPI
 import SyncEngine
+import VFS
 
 /// The control socket: `ubiq status`, `ubiq unmount` and `ubiq monitor` talk to the daemon here.
 struct ControlServer {
@@ -114,12 +115,26 @@ struct ControlServer {
         }
         router.get(RouterPath(ControlPath.events)) { _, _ in
             let (stream, cancel) = events.subscribe()
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
             return Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: ResponseBody { writer in
                 defer { cancel() }
-                for await event in stream {
-                    var line = try JSONEncoder().encode(event)
-                    line.append(UInt8(ascii: "\n"))
-                    try await writer.write(ByteBuffer(bytes: line))
+                // The connection's state first: a listener knows where it starts, and that it
+                // hears everything after this line.
+                let s = try engine.status()
+                var line = try encoder.encode(MountEvent(s.connected ? .online : .offline, detail: s.lastError))
+                line.append(UInt8(ascii: "\n"))
+                try await writer.write(ByteBuffer(bytes: line))
+                // A daemon asked to stop (a signal) stops its control server first, which waits
+                // for open responses: this one ends then, not when the mount is gone.
+                try await withGracefulShutdownHandler {
+                    for await event in stream {
+                        var line = try encoder.encode(event)
+                        line.append(UInt8(ascii: "\n"))
+                        try await writer.write(ByteBuffer(bytes: line))
+                    }
+                } onGracefulShutdown: {
+                    cancel()
                 }
                 try await writer.finish(nil)
             })

@@ -75,8 +75,15 @@ final class EventFanOut: Sendable {
         })
     }
 
+    /// Never waits: a listener that reads too slowly loses the oldest of its unread events.
     func publish(_ event: MountEvent) {
         for c in listeners.withLock({ Array($0.values) }) { c.yield(event) }
+    }
+
+    /// Ends every listener's stream: the mount is gone, and so a `ubiq monitor` learns it (and
+    /// the control server has no open response left to wait for as it stops).
+    func finishAll() {
+        for c in listeners.withLock({ l in defer { l.removeAll() }; return Array(l.values) }) { c.finish() }
     }
 }
 

@@ -146,7 +146,7 @@ public enum MountDaemon {
         mountBox.withLock { $0 = mount }
 
         unlink(configuration.controlSocket)
-        let watcher = MountWatcher(mount: mount, logger: logger)
+        let watcher = MountWatcher(mount: mount, events: events, logger: logger)
         let control = ControlServer(engine: engine, fs: fs, configuration: configuration, events: events) { watcher.requestUnmount() }
         let services: [any Service] = [
             watcher, engine.changeFeed, engine.outbox, engine.maintenance, invalidator,
@@ -189,9 +189,11 @@ public enum MountDaemon {
 /// unmounts when the group is asked to stop (a signal).
 final class MountWatcher: Service, Sendable {
     let mount: FuseMount
+    let events: EventFanOut
     let logger: Logger
-    init(mount: FuseMount, logger: Logger) {
+    init(mount: FuseMount, events: EventFanOut, logger: Logger) {
         self.mount = mount
+        self.events = events
         self.logger = logger
     }
 
@@ -205,6 +207,7 @@ final class MountWatcher: Service, Sendable {
     func run() async throws {
         await withGracefulShutdownHandler {
             _ = await mount.waitUntilEnded()
+            events.finishAll()
         } onGracefulShutdown: {
             self.requestUnmount()
         }

@@ -55,12 +55,17 @@ public struct ControlClient: Sendable {
             let task = Task {
                 do {
                     let response = try await SyncHTTPClient.shared.execute(request, deadline: .distantFuture)
-                    var pending = ""
+                    guard response.status == .ok else {
+                        let body = try await response.body.collect(upTo: 1 << 20)
+                        throw Failure.answered(Int(response.status.code), String(buffer: body))
+                    }
+                    // Bytes until a newline: a chunk may end inside a character.
+                    var pending: [UInt8] = []
                     for try await chunk in response.body {
-                        pending += String(buffer: chunk)
-                        while let nl = pending.firstIndex(of: "\n") {
-                            continuation.yield(String(pending[..<nl]))
-                            pending = String(pending[pending.index(after: nl)...])
+                        pending += chunk.readableBytesView
+                        while let nl = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                            continuation.yield(String(decoding: pending[..<nl], as: UTF8.self))
+                            pending.removeSubrange(...nl)
                         }
                     }
                     continuation.finish()

@@ -148,7 +148,7 @@ extension SyncEngine {
                 // Edit versus delete: the edit wins. The server's id is gone for good, so the
                 // item gets a new one and goes up again as new.
                 try resurrect(local, w, &effects)
-                effects.events.append(MountEvent(kind: "conflict", path: try r.path(of: local.ino), detail: "deleted on the server while changed here; kept"))
+                effects.events.append(MountEvent(.reconciled, path: try r.path(of: local.ino), detail: "deleted on the server while changed here; kept"))
                 return
             }
             effects.dropContent += try r.descendants(of: local.ino).map(\.ino) + [local.ino]
@@ -156,7 +156,7 @@ extension SyncEngine {
             try deleteSubtree(local.ino, w)
             if let parent = local.parent { effects.invalidations.append(.entry(parent: parent, name: local.name)); effects.invalidations.append(.inode(parent)) }
             effects.invalidations.append(.inode(local.ino))
-            effects.events.append(MountEvent(kind: "remoteDelete", path: path))
+            effects.events.append(MountEvent(.deleted, path: path))
             return
         }
         // Deleted here, and the deletion is still on its way: the server's older state must not
@@ -202,6 +202,9 @@ extension SyncEngine {
             // Anything held of it is older than this.
             try w.dropHeldChange(remote.id)
             let oldParent = local.parent, oldName = local.name
+            let oldPath = try r.path(of: local.ino), hadConflicts = !local.conflicts.isEmpty
+            let attributesChanged = remote.size != local.size || remote.mode != local.mode
+                || remote.modified != local.modified || remote.xattrs != local.xattrs
             if (oldParent != parent.ino || oldName != remote.name), let clash = try r.child(of: parent.ino, named: remote.name), clash.ino != local.ino {
                 try makeRoom(for: clash, w, &effects)
                 effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
@@ -226,7 +229,10 @@ extension SyncEngine {
             }
             effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
             effects.invalidations.append(.inode(local.ino))
-            effects.events.append(MountEvent(kind: "remoteChange", path: try r.path(of: local.ino)))
+            let path = try r.path(of: local.ino)
+            if path != oldPath { effects.events.append(MountEvent(.renamed, path: path, from: oldPath)) }
+            if contentChanged || attributesChanged { effects.events.append(MountEvent(.changed, path: path)) }
+            try noteConflicts(of: local, hadConflicts: hadConflicts, r, &effects)
             if local.pinned && contentChanged { effects.fetchPinned = true }
         } else {
             if let clash = try r.child(of: parent.ino, named: remote.name) {
@@ -239,7 +245,8 @@ extension SyncEngine {
                 content: remote.kind == .folder ? .current : .placeholder, pinned: parent.pinned, conflicts: remote.conflicts))
             effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
             effects.invalidations.append(.inode(parent.ino))
-            effects.events.append(MountEvent(kind: "remoteCreate", path: try r.path(of: item.ino)))
+            effects.events.append(MountEvent(.created, path: try r.path(of: item.ino)))
+            try noteConflicts(of: item, hadConflicts: false, r, &effects)
             if item.pinned { effects.fetchPinned = true }
             // Children that arrived before this folder.
             for json in try r.orphans(of: remote.id) {

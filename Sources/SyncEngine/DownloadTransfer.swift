@@ -85,7 +85,8 @@ extension Downloads {
     func finish(_ ino: Int64, digest: ContentDigest, generation: UInt64, error: Error?) {
         // A cancelled download's outcome is nobody's business: a later download of the file
         // may be running under the same inode number.
-        guard let size = state.withLock({ s in s.active[ino].flatMap { $0.generation == generation ? $0.size : nil } }) else { return }
+        guard let ended = state.withLock({ s in s.active[ino].flatMap { $0.generation == generation ? $0 : nil } }) else { return }
+        let size = ended.size
         // Record the outcome before waking readers, so that they see the final state.
         let message = error.map { ($0 as? ContentError)?.description ?? ($0 as? RemoteError).map(describe) ?? "\($0)" }
         do {
@@ -131,6 +132,7 @@ extension Downloads {
             return e
         }
         end(ino, generation: generation, telling: failure)
+        observer.event(MountEvent(message == nil ? .downloaded : .downloadFailed, path: ended.path, detail: message))
         onFinished(ino)
     }
 }

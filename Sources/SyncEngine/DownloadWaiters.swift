@@ -109,14 +109,16 @@ extension Downloads {
     }
 
     func landed(_ ino: Int64, _ range: Range<Int64>) {
-        let ready = state.withLock { s -> [Waiter] in
-            guard var active = s.active[ino] else { return [] }
+        let (ready, progress) = state.withLock { s -> ([Waiter], MountEvent?) in
+            guard var active = s.active[ino] else { return ([], nil) }
             active.ranges.insert(range)
             let (done, waiting) = active.waiters.partitioned { active.ranges.contains($0.range) }
             active.waiters = waiting
+            let progress = Self.progressDue(&active)
             s.active[ino] = active
-            return done
+            return (done, progress)
         }
         for w in ready { w.resume(nil) }
+        if let progress { observer.event(progress) }
     }
 }

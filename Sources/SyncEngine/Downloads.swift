@@ -32,6 +32,9 @@ public final class Downloads: Sendable {
         let generation: UInt64
         /// Every writer into the cache file, cancelled (waited for) when the download ends.
         var sinks: [CacheFileSink] = []
+        /// For its events (`announceStart`): the file's path, and when progress last went out.
+        var path: String?
+        var lastProgress: ContinuousClock.Instant?
     }
 
     struct Table {
@@ -163,6 +166,7 @@ public final class Downloads: Sendable {
         sink.attach(fd)
         let task = Task {
             defer { close(fd) }
+            self.announceStart(ino, generation: generation)
             await self.runSequential(ino: ino, digest: digest, size: size, generation: generation, fd: fd, sink: sink, head: head)
         }
         state.withLock { $0.active[ino]?.task = task }

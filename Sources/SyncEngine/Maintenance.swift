@@ -149,7 +149,7 @@ extension SyncEngine {
             self.observer.invalidate([.inode(ino)])
         }
         observer.invalidate([.inode(ino)])
-        observer.event(MountEvent(kind: "writeFailed", path: try? store.read { try $0.path(of: ino) }, detail: "the disk is full; the last version on the server is shown again"))
+        observer.event(MountEvent(.error, path: try? store.read { try $0.path(of: ino) }, detail: "the disk is full; the last version on the server is shown again"))
     }
 
     func runMaintenance() async {
@@ -167,7 +167,7 @@ extension SyncEngine {
                 do {
                     try evict(candidate.ino)
                     used -= candidate.cachedBytes
-                    observer.event(MountEvent(kind: "evicted", path: try store.read { try $0.path(of: candidate.ino) }))
+                    observer.event(MountEvent(.evicted, path: try store.read { try $0.path(of: candidate.ino) }))
                 } catch {
                     continue
                 }

@@ -1,3 +1,4 @@
+import Foundation
 import ItemModel
 
 /// What the kernel must forget after a remote change. Sent by the engine after the change is
@@ -12,16 +13,54 @@ public enum KernelInvalidation: Sendable, Hashable {
     case attributes(Int64)
 }
 
-/// A change the mount reports to `ubiq monitor` and live queries.
+/// What a mount event reports: a closed set, the same on every device. `ubiq monitor` shows
+/// these names, and docs/CLI.md lists what each means.
+public enum MountEventKind: String, Sendable, Codable, Hashable, CaseIterable {
+    /// Another device's change, applied here from the change feed.
+    case created, changed, renamed, deleted
+    /// This device's change going up.
+    case uploadStarted, uploaded, uploadFailed
+    /// A file's content coming down.
+    case downloadStarted, downloadProgress, downloaded, downloadFailed
+    /// A file's list of conflict versions went from empty to not, or back.
+    case conflictAppeared, conflictResolved
+    /// This device's change met another device's and was settled without asking anyone (an
+    /// edit of a deleted item kept, a taken name given to a conflicted copy); `detail` says how.
+    case reconciled
+    /// A file's downloaded content left the cache to make room.
+    case evicted
+    /// Something failed that no other kind covers; `detail` says what.
+    case error
+    /// The server became reachable, or stopped being.
+    case online, offline
+}
+
+/// A change the mount reports to `ubiq monitor`.
 public struct MountEvent: Sendable, Codable, Hashable {
-    public var kind: String
+    /// When it happened: ISO-8601, UTC, with milliseconds.
+    public var time: String
+    public var kind: MountEventKind
+    /// The item's path in the mount, from its top, starting with "/" ("/Documents/a.txt").
     public var path: String?
+    /// For `renamed`: the path it had before.
+    public var from: String?
     public var detail: String?
-    public init(kind: String, path: String? = nil, detail: String? = nil) {
+
+    public init(_ kind: MountEventKind, path: String? = nil, from: String? = nil, detail: String? = nil, at time: Date = Date()) {
+        self.time = Self.timeFormat.format(time)
         self.kind = kind
         self.path = path
+        self.from = from
         self.detail = detail
     }
+
+    /// For a caller that still names its event with a string: the only one left is the
+    /// conflict version kept when this device's edit lost, which is `conflictAppeared`.
+    public init(kind: String, path: String? = nil, detail: String? = nil) {
+        self.init(kind == "conflict" ? .conflictAppeared : MountEventKind(rawValue: kind) ?? .error, path: path, detail: detail)
+    }
+
+    static let timeFormat = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 }
 
 /// Who hears about changes the engine made: the mount daemon, which invalidates kernel caches.

@@ -161,7 +161,7 @@ public final class SyncEngine: Sendable {
             return s.connected != connected
         }
         if changed {
-            observer.event(MountEvent(kind: connected ? "connected" : "disconnected", detail: error))
+            observer.event(MountEvent(connected ? .online : .offline, detail: error))
             if connected {
                 downloads.forgetFailedRetries()
                 outboxSignal.yield()

@@ -44,6 +44,11 @@ final class RecordingObserver: MountObserver {
     var invalidations: [KernelInvalidation] { state.withLock { $0.invalidations } }
 }
 
+extension MountEvent {
+    /// This device's change met another's: settled by itself, or kept as a conflict version.
+    var isConflict: Bool { kind == .reconciled || kind == .conflictAppeared }
+}
+
 /// STYLE 11: one suite, many setups. The local database as the daemon has it (a WAL file with
 /// `synchronous = FULL`) and in memory; the semantics must not depend on it.
 enum StoreSetup: String, CaseIterable, Sendable, CustomTestStringConvertible {

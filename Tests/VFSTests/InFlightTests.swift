@@ -104,7 +104,7 @@ struct InFlightTests {
                 "/c": .init(kind: .file, digest: sha(Array("new".utf8))),
             ])
             #expect(try h.children() == ["c", "d.txt"])
-            let conflicts = h.observer.events.filter { $0.kind == "conflict" }
+            let conflicts = h.observer.events.filter { $0.isConflict }
             #expect(conflicts.isEmpty, "false conflicts: \(conflicts.map { "\($0.path ?? "") \($0.detail ?? "")" })")
         }
     }
@@ -199,7 +199,7 @@ struct InFlightTests {
             try await settled(h)
             #expect(h.remote.tree() == ["/doc.txt": .init(kind: .file, digest: sha(v3))])
             #expect(try h.children() == ["doc.txt"])
-            #expect(!h.observer.events.contains { $0.kind == "conflict" }, "\(h.observer.events.map { "\($0.kind) \($0.detail ?? "")" })")
+            #expect(!h.observer.events.contains { $0.isConflict }, "\(h.observer.events.map { "\($0.kind) \($0.detail ?? "")" })")
         }
     }
 

@@ -309,7 +309,7 @@ struct UploadTests {
                 "/a/a/inside": .init(kind: .file, digest: sha(Array("kept".utf8))),
             ])
             #expect(h.remote.item(atPath: "/a/a")?.id == oldID)
-            #expect(h.observer.events.filter { $0.kind == "conflict" }.isEmpty)
+            #expect(h.observer.events.filter { $0.isConflict }.isEmpty)
             #expect(!h.observer.events.contains { $0.detail == SyncEngine.loopOfWaits }, "the loop was broken, not cut off")
         }
     }
@@ -327,7 +327,7 @@ struct UploadTests {
             let (aID, bID) = (try #require(h.remote.item(atPath: "/a")).id, try #require(h.remote.item(atPath: "/b")).id)
             try h.fs.rename(parent: rootIno, name: n("a"), newParent: rootIno, newName: n("t"), noReplace: false, exchange: false)
             try await body(h, aID, bID)
-            #expect(h.observer.events.filter { $0.kind == "conflict" }.isEmpty)
+            #expect(h.observer.events.filter { $0.isConflict }.isEmpty)
         }
     }
 

@@ -43,11 +43,13 @@ extension SyncEngine {
             return
         }
         guard row.itemID == result.id else { return }
+        let hadConflicts = !row.conflicts.isEmpty
         row.takeRevision(of: result)
         try settleXattrChanges(row, heldByServer: result, w)
         try takeServerContent(&row, from: result, keepModified: try w.reader.queuedOps(for: ino).contains(.attributes), &effects)
         row.uploadError = nil
         try w.update(row)
+        try noteConflicts(of: row, hadConflicts: hadConflicts, w.reader, &effects)
     }
 
     /// A safe save gave the item's identity to another row (see `FileSystem.rename`) while a
@@ -107,11 +109,13 @@ extension SyncEngine {
                     out.append(.entry(parent: parent.ino, name: name))
                 }
             }
+            let hadConflicts = !item.conflicts.isEmpty
             item.takeRevision(of: current)
             // The server's content, unless this row's own is what goes up next: the digest,
             // and the size that a download of it fetches (an older size failed its check).
             if !keepContent { takeServerContent(&item, from: current, keepModified: queued.contains(.attributes), &effects) }
             try w.update(item)
+            try noteConflicts(of: item, hadConflicts: hadConflicts, w.reader, &effects)
             return (out, effects)
         }
         runAfterCommit(effects)

@@ -18,6 +18,7 @@ extension SyncEngine {
         // A write after this (a writer that opens and truncates) changes the generation, and
         // the snapshot is then not sent.
         guard let generation = openFiles.uploadableGeneration(item.ino) else { return .waitsForWriter }
+        observer.event(MountEvent(.uploadStarted, path: try store.read { try $0.path(of: item.ino) }))
         // Upload a snapshot, never the live cache file: a writer (truncate, another open) may
         // change it at any moment, and what goes up must be one whole version. A small file's
         // snapshot is a copy in memory, sent inline with its create or update (one request);
@@ -108,7 +109,7 @@ extension SyncEngine {
         }
         if followUps { outboxSignal.yield() }
         setConnected(true, error: nil)
-        observer.event(MountEvent(kind: "uploaded", path: try store.read { try $0.path(of: item.ino) }))
+        observer.event(MountEvent(.uploaded, path: try store.read { try $0.path(of: item.ino) }))
         return .done
     }
 

@@ -42,7 +42,7 @@ extension SyncEngine {
         if entry.op == .content && openFiles.uploadableGeneration(entry.ino) == nil { return .waitsForWriter }
         guard Self.nesting < Self.maxNesting else {
             logger.error("\(Self.loopOfWaits)", metadata: ["item.ino": "\(entry.ino)", "op": "\(entry.op)"])
-            observer.event(MountEvent(kind: "uploadError", path: try? store.read { try $0.path(of: entry.ino) }, detail: Self.loopOfWaits))
+            observer.event(MountEvent(.uploadFailed, path: try? store.read { try $0.path(of: entry.ino) }, detail: Self.loopOfWaits))
             return .later(Self.loopOfWaits, after: .seconds(1), offline: false)
         }
         return await Self.$nesting.withValue(Self.nesting + 1) { await sendMarkingStarted(entry) }
@@ -199,7 +199,7 @@ extension SyncEngine {
             // The feed's own events of this restore are not told: the conflict below says it.
             effects.events = []
             runAfterCommit(effects)
-            observer.event(MountEvent(kind: "conflict", path: item.name, detail: "changed on the server while deleted here; restored"))
+            observer.event(MountEvent(.reconciled, path: item.name, detail: "changed on the server while deleted here; restored"))
             return .done
         }
     }

@@ -180,13 +180,16 @@ extension SyncEngine {
 
     func deferEntry(_ seq: Int64, ino: Int64?, why: String, delay: Duration, offline: Bool) {
         let until = Self.now() + Int64(delay.components.seconds) * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000
-        try? store.write { w in
+        let failed = try? store.write { w -> String? in
             try w.deferOp(seq, error: why, until: until)
-            if !offline, let ino, var item = try w.reader.item(ino) {
-                item.uploadError = why
-                try w.update(item)
-            }
+            guard !offline, let ino, var item = try w.reader.item(ino) else { return nil }
+            let again = item.uploadError == why
+            item.uploadError = why
+            try w.update(item)
+            // Once per reason, not at every retry of a wait.
+            return again ? nil : try w.reader.path(of: ino)
         }
+        if let failed { observer.event(MountEvent(.uploadFailed, path: failed, detail: why)) }
     }
 }
 

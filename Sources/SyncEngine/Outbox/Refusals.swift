@@ -89,7 +89,7 @@ extension SyncEngine {
         let current = try await remote.item(item.itemID)
         try rebase(item.ino, on: current, takeServerFolder: true)
         observer.event(MountEvent(
-            kind: "conflict", path: try store.read { try $0.path(of: item.ino) },
+            .reconciled, path: try store.read { try $0.path(of: item.ino) },
             detail: "another device moved the folder it was moving into below it first; kept in its folder"))
         applyHeldChanges()
         return .again
@@ -186,7 +186,7 @@ extension SyncEngine {
         }
         guard !inval.isEmpty else { return }
         observer.invalidate(inval)
-        observer.event(MountEvent(kind: "conflict", path: nil, detail: "a name was taken on the server; kept as a conflicted copy"))
+        observer.event(MountEvent(.reconciled, path: nil, detail: "a name was taken on the server; kept as a conflicted copy"))
     }
 
     func resurrectLocal(_ ino: Int64) throws -> Outcome {

@@ -141,12 +141,14 @@ extension SyncEngine {
         do {
             defer { openFiles.finishedUploading(inos) }
             let sent = prepared
-            try store.write { w in
-                for p in sent {
+            let starting = try store.write { w in
+                try sent.map { p in
                     try w.noteContentSent(p.item.ino, itemID: p.item.itemID, digest: p.digest)
                     try w.noteCreateSent(p.item.ino, parentID: p.request.parentID, name: p.item.name)
+                    return try w.reader.path(of: p.item.ino)
                 }
             }
+            for path in starting { observer.event(MountEvent(.uploadStarted, path: path)) }
             answers = try await remote.createItems(prepared.map(\.request))
         } catch let error as RemoteError where error.meansOffline {
             let later = Outcome.later(describe(error), after: .seconds(1), offline: true)
@@ -176,7 +178,7 @@ extension SyncEngine {
             setConnected(true, error: nil)
             for ((p, _), path) in zip(created, paths) {
                 results.append((p.entry.seq, p.entry.ino, .done))
-                observer.event(MountEvent(kind: "uploaded", path: path))
+                observer.event(MountEvent(.uploaded, path: path))
             }
         } catch {
             // Not recorded: they stay queued and go again (the server answers a retried create
