@@ -54,12 +54,6 @@ public struct MountEvent: Sendable, Codable, Hashable {
         self.detail = detail
     }
 
-    /// For a caller that still names its event with a string: the only one left is the
-    /// conflict version kept when this device's edit lost, which is `conflictAppeared`.
-    public init(kind: String, path: String? = nil, detail: String? = nil) {
-        self.init(kind == "conflict" ? .conflictAppeared : MountEventKind(rawValue: kind) ?? .error, path: path, detail: detail)
-    }
-
     static let timeFormat = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 }
 

@@ -34,7 +34,7 @@ extension SyncEngine {
             try w.update(row)
             effects.invalidations.append(.inode(item.ino))
             effects.events.append(MountEvent(
-                kind: "conflict", path: try w.reader.path(of: item.ino),
+                .conflictAppeared, path: try w.reader.path(of: item.ino),
                 detail: "another device's edit reached the server first; this device's edit is kept as a conflict version"))
             return effects
         }
