@@ -1,3 +1,4 @@
+import Foundation
 import ItemModel
 import LocalState
 import QueryLanguage
@@ -70,4 +71,28 @@ extension QueryValue {
         default: false
         }
     }
+}
+
+extension QueryRecord {
+    /// The key's value as text, for `--group-by` and `--values`: numbers without a needless
+    /// fraction, dates in ISO 8601 (UTC), booleans `1`/`0`, several values one by one; nothing
+    /// for a missing value.
+    public func texts(_ key: Key) -> [String] {
+        switch value(key) {
+        case nil: return []
+        case .string(let s): return [s]
+        case .number(let n): return [n == n.rounded() && abs(n) < 1e15 ? String(Int64(n)) : String(n)]
+        case .date(let d): return [d.formatted(.iso8601)]
+        case .bool(let b): return [b ? "1" : "0"]
+        case .strings(let all): return all
+        }
+    }
+}
+
+/// Each distinct value of a key among a query's results, with how many results have it
+/// (NSMetadataQuery's value lists): the most frequent first, then by value.
+public func valueCounts(of key: Key, in records: [QueryRecord]) -> [(value: String, count: Int)] {
+    var counts: [String: Int] = [:]
+    for record in records { for text in Set(record.texts(key)) { counts[text, default: 0] += 1 } }
+    return counts.map { ($0.key, $0.value) }.sorted { $0.count != $1.count ? $0.count > $1.count : $0.value < $1.value }
 }

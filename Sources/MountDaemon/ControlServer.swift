@@ -50,7 +50,8 @@ struct ControlServer {
             let arguments = parameters["args"].flatMap { try? JSONDecoder().decode([String].self, from: Data(String($0).utf8)) } ?? []
             return try json(runQuery(
                 String(parameters["q"] ?? ""), arguments: arguments, scope: parameters["scope"].flatMap { QueryScope(rawValue: String($0)) } ?? .all,
-                sort: parameters["sort"].map { String($0) } ?? ""))
+                sort: parameters["sort"].map { String($0) } ?? "", group: parameters["group"].map { String($0) } ?? "",
+                values: parameters["values"].map { String($0) } ?? ""))
         }
         router.get(RouterPath(ControlPath.liveQuery)) { request, _ in
             let parameters = request.uri.queryParameters
@@ -145,7 +146,9 @@ struct ControlServer {
     }
 
     /// A one-shot query over the mount's rows (docs/QUERY_LANGUAGE.md).
-    func runQuery(_ text: String, arguments: [String], scope: QueryScope, sort: String, clock: QueryClock = QueryClock()) throws -> QueryAnswer {
+    /// `group`, `values`: a key's name, or empty.
+    func runQuery(_ text: String, arguments: [String], scope: QueryScope, sort: String, group: String = "", values: String = "",
+                  clock: QueryClock = QueryClock()) throws -> QueryAnswer {
         let predicate: QueryPredicate
         do throws(QueryError) { predicate = try QueryParser.parse(text, arguments: arguments) } catch {
             return QueryAnswer(error: error.message, position: error.position)
@@ -158,9 +161,21 @@ struct ControlServer {
             }
             order.append((key, descending))
         }
+        let groupKey = group.isEmpty ? nil : KeyTable.key(named: group)
+        let valuesKey = values.isEmpty ? nil : KeyTable.key(named: values)
+        if !group.isEmpty && groupKey == nil { return QueryAnswer(error: "unknown group key '\(group)'", position: nil) }
+        if !values.isEmpty && valuesKey == nil { return QueryAnswer(error: "unknown values key '\(values)'", position: nil) }
+        // Grouped: by the group's value first, each group in the asked order.
+        if let groupKey { order.insert((groupKey, false), at: 0) }
         let (items, versions) = try engine.store.read { r in (try r.allItems(), try r.versionsFolder()?.ino) }
         let records = MetadataQuery.run(predicate, items: items, versionsFolder: versions, scope: scope, sort: order, clock: clock) { fs.status(of: $0) }
-        return QueryAnswer(results: records.map(Self.result))
+        return QueryAnswer(
+            results: records.map { record in
+                var item = Self.result(record)
+                if let groupKey { item.group = record.texts(groupKey).joined(separator: ", ") }
+                return item
+            },
+            values: valuesKey.map { key in MetadataIndex.valueCounts(of: key, in: records).map { ValueCount(value: $0.value, count: $0.count) } })
     }
 
     static func result(_ r: QueryRecord) -> QueryResultItem {

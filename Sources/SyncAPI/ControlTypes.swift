@@ -51,13 +51,22 @@ public struct LiveQueryLine: Codable, Sendable, Equatable {
 /// offset, in Unicode scalars, of the offending token).
 public struct QueryAnswer: Codable, Sendable {
     public var results: [QueryResultItem]?
+    /// With `values=KEY`: each distinct value of the key among the results, with its count.
+    public var values: [ValueCount]?
     public var error: String?
     public var position: Int?
-    public init(results: [QueryResultItem]? = nil, error: String? = nil, position: Int? = nil) {
+    public init(results: [QueryResultItem]? = nil, values: [ValueCount]? = nil, error: String? = nil, position: Int? = nil) {
         self.results = results
+        self.values = values
         self.error = error
         self.position = position
     }
+}
+
+public struct ValueCount: Codable, Sendable, Equatable {
+    public var value: String
+    public var count: Int
+    public init(value: String, count: Int) { (self.value, self.count) = (value, count) }
 }
 
 /// One item a query found, under the keys' short names, each with its JSON type.
@@ -81,6 +90,8 @@ public struct QueryResultItem: Codable, Sendable, Equatable {
     public var hasUnresolvedConflicts: Bool
     public var pinned: Bool
     public var tags: [String]
+    /// With `group=KEY`: the item's value of that key as text (several joined with `, `).
+    public var group: String?
 
     public init(
         path: String, name: String, itemID: String, kind: String, size: Int64, created: String, modified: String, contentType: String,

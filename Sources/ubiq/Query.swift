@@ -15,6 +15,8 @@ struct Query: AsyncParsableCommand {
     @Option(help: "documents (the Documents folder), data (everything else) or all.") var scope: String = "all"
     @Option(help: "Keys to order by, comma-separated; -KEY for descending. Ties go by path.") var sort: String?
     @Flag(help: "Print only how many items match.") var count = false
+    @Option(help: "Group the results by this key's value: a '# KEY = VALUE' line before each group.") var groupBy: String?
+    @Option(help: "Print each distinct value of this key among the results, with how many have it, instead of the results.") var values: String?
     @Flag(help: "One JSON object per item.") var json = false
     @Flag(help: "Print the results, then {\"event\":\"finishGathering\"}, then an update line per batch of changes that touches them, until interrupted.")
     var live = false
@@ -24,7 +26,10 @@ struct Query: AsyncParsableCommand {
     func validate() throws {
         guard ["all", "documents", "data"].contains(scope) else { throw ValidationError("--scope is documents, data or all") }
         guard batchInterval > 0 && batchInterval <= 60 else { throw ValidationError("--batch-interval is more than 0 and at most 60 seconds") }
-        if live && count { throw ValidationError("--count and --live do not go together") }
+        if live && (count || groupBy != nil || values != nil) { throw ValidationError("--count, --group-by and --values do not go with --live") }
+        for (option, name) in [("--group-by", groupBy), ("--values", values)] {
+            if let name, KeyTable.key(named: name) == nil { throw ValidationError("\(option): unknown key '\(name)'") }
+        }
         for name in (sort ?? "").split(separator: ",") where KeyTable.key(named: name.hasPrefix("-") ? String(name.dropFirst()) : String(name)) == nil {
             throw ValidationError("--sort: unknown key '\(name)'")
         }
@@ -41,6 +46,8 @@ struct Query: AsyncParsableCommand {
             URLQueryItem(name: "scope", value: scope),
             URLQueryItem(name: "sort", value: sort ?? ""),
             URLQueryItem(name: "interval", value: String(batchInterval)),
+            URLQueryItem(name: "group", value: groupBy ?? ""),
+            URLQueryItem(name: "values", value: values ?? ""),
         ]
         // `+` stays literal in a query string otherwise, and the server reads it as a space.
         let query = (parameters.percentEncodedQuery ?? "").replacingOccurrences(of: "+", with: "%2B")
@@ -52,13 +59,22 @@ struct Query: AsyncParsableCommand {
         }
         if let error = answer.error { try refuse(error, at: answer.position) }
         let results = answer.results ?? []
+        if let counted = answer.values {
+            for v in counted { print(json ? jsonLine(["value": v.value, "count": v.count]) : "\(v.value)\t\(v.count)") }
+            return
+        }
         if count {
             print(json ? jsonLine(["count": results.count]) : String(results.count))
             return
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        var group: String?
         for item in results {
+            if let groupBy, !json, item.group != group {
+                print("# \(groupBy) = \(item.group ?? "")")
+                group = item.group
+            }
             print(json ? String(decoding: try encoder.encode(item), as: UTF8.self) : mountpoint + item.path)
         }
     }

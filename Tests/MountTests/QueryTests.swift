@@ -33,6 +33,12 @@ import Testing
             #expect(try await paths(["TRUEPREDICATE", "--scope", "documents", "--sort=-name"]) == ["/Documents/Archive/b.md", "/Documents/a.md", "/Documents/Archive"])
             #expect(try await paths(["TRUEPREDICATE", "--scope", "data", "--sort", "size,name"]) == ["/Documents", "/notes.txt", "/big.bin"])
             #expect(try await query(["TRUEPREDICATE", "--count"]).stdout == "6\n", "two folders and four files")
+            let values = try await query(["kind == nil OR TRUEPREDICATE", "--values", "contentType"])
+            #expect(values.status == 2, "kind is no key")
+            let types = try await query(["TRUEPREDICATE", "--values", "contentType"])
+            #expect(types.stdout == "net.daringfireball.markdown\t2\npublic.folder\t2\npublic.data\t1\npublic.plain-text\t1\n", "most frequent first: \(types)")
+            let grouped = try await query(["size < 100", "--group-by", "downloadingStatus"])
+            #expect(grouped.stdout.hasPrefix("# downloadingStatus = current\n") && grouped.stdout.contains("# downloadingStatus = notDownloaded\n"), "\(grouped.stdout)")
             let unknownKey = try await query(["kind == 'x'"])
             #expect(unknownKey.status == 2 && unknownKey.stderr.contains("at 0: unknown key 'kind'"), "\(unknownKey)")
 
