@@ -41,6 +41,10 @@ extension SyncEngine {
         guard let recorded else { return .again }
         runAfterCommit(recorded)
         observer.invalidate(recorded.invalidations)
+        // What else changed on the server while this edit waited (another device's rename,
+        // move, chmod or attributes) came on the feed as older revisions, which the feed left
+        // to this answer: it applies here too, as far as no local change of it is queued.
+        try rebase(item.ino, on: result, keepContent: true)
         setConnected(true, error: nil)
         return .done
     }
