@@ -26,9 +26,9 @@ import Testing
 ///
 /// It runs only when `UBIQ_SEED` is set: two known bugs fail some seeds (a rename made on one
 /// device while the other's edit of the file became a conflict version never reaches the
-/// other device; an edited file the server deleted can stay queued forever as a create whose
-/// content was never cached, "cannot read the cache file"). It joins the regular suite with
-/// their fixes.
+/// other device, `RandomConvergenceRegressionTests`; a file whose content was never cached
+/// here can stay queued forever as a create, "cannot read the cache file"). It joins the
+/// regular suite with their fixes.
 @Suite(.serialized, .enabled(if: ProcessInfo.processInfo.environment["UBIQ_SEED"] != nil, "known bugs fail some seeds; scripts/soak runs it"))
 struct RandomConvergenceTests {
     static let environment = ProcessInfo.processInfo.environment
