@@ -34,16 +34,17 @@ public final class TestDevice: @unchecked Sendable {
     }
 
     /// Logs in as `user` and mounts. `cacheDirectory` replaces the default cache folder (for
-    /// example a small tmpfs).
+    /// example a small tmpfs). `through` is another address of the server (a relay), for both.
     public static func mount(
-        _ name: String, server: ServerProcess, user: String, password: String,
+        _ name: String, server: ServerProcess, through url: String? = nil, user: String, password: String,
         extraArguments: [String] = [], prepare: ((TestDevice) async throws -> Void)? = nil
     ) async throws -> TestDevice {
-        let device = TestDevice(name: name, home: try TempDirectory("ubiq-device-\(name)"), serverURL: server.baseURL, extraArguments: extraArguments)
+        let serverURL = url ?? server.baseURL
+        let device = TestDevice(name: name, home: try TempDirectory("ubiq-device-\(name)"), serverURL: serverURL, extraArguments: extraArguments)
         try FileManager.default.createDirectory(atPath: device.mountpoint, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: device.cache, withIntermediateDirectories: true)
         if let prepare { try await prepare(device) }
-        let login = try await device.ubiq(["login", "--server", server.baseURL, "--user", user, "--password-stdin"], stdin: password + "\n")
+        let login = try await device.ubiq(["login", "--server", serverURL, "--user", user, "--password-stdin"], stdin: password + "\n")
         guard login.status == 0 else { throw TestSupportError("login failed: \(login.stderr)") }
         try await device.mountAgain()
         return device

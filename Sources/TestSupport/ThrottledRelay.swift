@@ -6,7 +6,9 @@ import Glibc
 
 /// A TCP relay on loopback to a local port that passes what the client sends at no more than
 /// `bytesPerSecond` (the answers go through as they come): a slow uplink in front of a real
-/// server, for uploads that take longer than a request may.
+/// server, for uploads that take longer than a request may. `cut()` takes the link down (every
+/// relayed connection ends, new ones are refused) until `rejoin()`: one device offline while
+/// the server and the others go on.
 ///
 /// Plain blocking sockets on threads of its own, never the cooperative pool: the pacing sleeps.
 public final class ThrottledRelay: @unchecked Sendable {
@@ -14,12 +16,14 @@ public final class ThrottledRelay: @unchecked Sendable {
     public var baseURL: String { "http://127.0.0.1:\(port)" }
     let listener: Int32
     let targetPort: Int
-    let bytesPerSecond: Int
+    let bytesPerSecond: Int?
     let open = NSLock()
     var sockets: Set<Int32> = []
     var closed = false
+    var isCut = false
 
-    public init(to targetPort: Int, bytesPerSecond: Int) throws {
+    /// `bytesPerSecond` nil: no pacing.
+    public init(to targetPort: Int, bytesPerSecond: Int? = nil) throws {
         self.targetPort = targetPort
         self.bytesPerSecond = bytesPerSecond
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -51,6 +55,19 @@ public final class ThrottledRelay: @unchecked Sendable {
         for fd in all { shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
+    /// Ends every relayed connection and refuses new ones until `rejoin()`.
+    public func cut() {
+        let all = open.withLock { () -> Set<Int32> in
+            isCut = true
+            return sockets
+        }
+        for fd in all { shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
+    public func rejoin() {
+        open.withLock { isCut = false }
+    }
+
     static func loopback(port: Int) -> sockaddr_in {
         var a = sockaddr_in()
         a.sin_family = sa_family_t(AF_INET)
@@ -70,7 +87,7 @@ public final class ThrottledRelay: @unchecked Sendable {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
             let admitted = open.withLock { () -> Bool in
-                guard !closed, connected == 0 else { return false }
+                guard !closed, !isCut, connected == 0 else { return false }
                 sockets.formUnion([client, server])
                 return true
             }
@@ -84,7 +101,7 @@ public final class ThrottledRelay: @unchecked Sendable {
                 Glibc.close(client)
                 Glibc.close(server)
             }
-            Thread.detachNewThread { [self] in pass(from: client, to: server, paced: true); finished.one() }
+            Thread.detachNewThread { [self] in pass(from: client, to: server, paced: bytesPerSecond != nil); finished.one() }
             Thread.detachNewThread { [self] in pass(from: server, to: client, paced: false); finished.one() }
         }
     }
@@ -98,7 +115,7 @@ public final class ThrottledRelay: @unchecked Sendable {
             let n = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { break }
-            if paced {
+            if paced, let bytesPerSecond {
                 // Wait until the bytes so far are within the rate, then send.
                 var due = Double(sent + n) / Double(bytesPerSecond) - Date().timeIntervalSince(start)
                 // Time the connection sat idle is no credit for a burst after it (at most 50 ms
