@@ -9,7 +9,7 @@ import Testing
     /// Seed 20261129: B edits `f` offline while the server's content of `f` moves on (an API
     /// client) and A renames `f` to `g`. Once B is back, its edit becomes a conflict version,
     /// and B must show the file as `g`, as A and the server do.
-    @Test(.disabled("known bug: after its edit became a conflict version, B takes the server's revision but not its name"))
+    @Test
     func aRenameReachesTheDeviceWhoseEditBecameAConflictVersion() async throws {
         try await withRelayedDevices { server, devices, relays in
             let (a, b) = (devices[0], devices[1])
