@@ -4,7 +4,7 @@ import Testing
 
 /// `ubiq monitor`: what one device hears of changes made on another, of its own transfers and
 /// of conflicts, as a JSON object or a readable line per event.
-@Suite(.serialized) struct MonitorTests {
+extension OrdinaryUserTests {
     @Test func anotherDevicesChangesShowWithTheirKindAndPath() async throws {
         try await withDevices(["A", "B"]) { _, devices in
             let (a, b) = (devices[0], devices[1])

@@ -5,7 +5,7 @@ import Testing
 
 /// `ubiq query` on a real mount: placeholders are found like downloaded files, the predicates
 /// iCloud apps write work as they are, and a bad predicate is exit 2 with its position.
-@Suite(.serialized) struct QueryTests {
+extension ConvergenceTests {
     @Test func aQueryFindsPlaceholdersByNameTypeStatusTagsAndScope() async throws {
         try await withDevices(["A", "B"]) { _, devices in
             let (a, b) = (devices[0], devices[1])

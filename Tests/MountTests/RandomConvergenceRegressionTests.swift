@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 
 /// Failures `RandomConvergenceTests` found, each reduced to its few steps.
-@Suite(.serialized) struct RandomConvergenceRegressionTests {
+extension CrashAndDiskTests {
     /// Seed 20261129: B edits `f` offline while the server's content of `f` moves on (an API
     /// client) and A renames `f` to `g`. Once B is back, its edit becomes a conflict version,
     /// and B must show the file as `g`, as A and the server do.

@@ -28,7 +28,7 @@ import Testing
 /// regular suite, and a known bug fails a seed now and then (a file whose content was never
 /// cached here can stay queued forever as a create, "cannot read the cache file"). The rename
 /// lost on the device whose edit became a conflict version, which it found, is fixed and kept
-/// as `RandomConvergenceRegressionTests`.
+/// in RandomConvergenceRegressionTests.swift.
 @Suite(.serialized, .enabled(if: ProcessInfo.processInfo.environment["UBIQ_SEED"] != nil, "slow, and a known bug fails some seeds; scripts/soak runs it"))
 struct RandomConvergenceTests {
     static let environment = ProcessInfo.processInfo.environment
