@@ -56,7 +56,7 @@ public struct ConflictVersionEntry: Codable, Equatable, Sendable {
     public init(_ version: ConflictVersion, of name: String) {
         id = version.id.rawValue
         device = version.device
-        modified = WallClock.isoSeconds(Int(version.modified / 1_000_000_000))
+        modified = WallClock.isoSeconds(of: version.modified)
         size = version.size
         digest = version.digest.hex
         path = ConflictVersion.folderName + "/" + ConflictVersion.fileName(version.id, of: name)

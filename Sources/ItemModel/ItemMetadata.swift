@@ -13,6 +13,9 @@ public enum WallClock {
     }
 
     /// `2026-11-26T21:00:00Z`: a time in UTC, ISO 8601, to the second.
+    /// A timestamp (nanoseconds since 1970) in ISO 8601, UTC, to the second.
+    public static func isoSeconds(of time: Timestamp) -> String { isoSeconds(Int(time / 1_000_000_000)) }
+
     public static func isoSeconds(_ secondsSince1970: Int) -> String {
         var t = time_t(secondsSince1970)
         var parts = tm()

@@ -39,6 +39,7 @@ public enum MetadataQuery {
             paths[ino] = full
             return full
         }
+        let predicate = predicate.fixingTimes(clock)
         var matched: [QueryRecord] = []
         for item in items where item.ino != LocalItem.rootIno {
             guard let p = path(item.ino), scope.contains(p) else { continue }

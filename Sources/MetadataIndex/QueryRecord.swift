@@ -19,10 +19,12 @@ public struct QueryRecord: Sendable {
     static func date(_ t: Timestamp) -> Date { Date(timeIntervalSince1970: Double(t) / 1e9) }
 
     /// The tags in `user.xdg.tags`, split on commas and trimmed (empty ones dropped).
-    var tags: [String] {
+    public var tags: [String] {
         guard let raw = item.xattrs["user.xdg.tags"] else { return [] }
         return String(decoding: raw, as: UTF8.self).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
+
+    public var contentType: String { ContentTypes.type(of: item) }
 
     /// The value of `key`; nil when the item has none (S12).
     public func value(_ key: Key) -> QueryValue? {
@@ -36,7 +38,7 @@ public struct QueryRecord: Sendable {
         case "size": return .number(Double(folder ? 0 : item.size))
         case "created": return .date(Self.date(item.created))
         case "modified": return .date(Self.date(item.modified))
-        case "contentType": return .string(ContentTypes.type(of: item))
+        case "contentType": return .string(contentType)
         case "contentTypeTree": return .strings(ContentTypes.tree(of: item))
         case "isUbiquitous": return .bool(status.downloadingStatus != "excluded")
         case "downloadingStatus": return .string(status.downloadingStatus)

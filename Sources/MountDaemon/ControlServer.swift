@@ -46,19 +46,11 @@ struct ControlServer {
             }
         }
         router.get(RouterPath(ControlPath.query)) { request, _ in
-            let parameters = request.uri.queryParameters
-            let arguments = parameters["args"].flatMap { try? JSONDecoder().decode([String].self, from: Data(String($0).utf8)) } ?? []
-            return try json(runQuery(
-                String(parameters["q"] ?? ""), arguments: arguments, scope: parameters["scope"].flatMap { QueryScope(rawValue: String($0)) } ?? .all,
-                sort: parameters["sort"].map { String($0) } ?? "", group: parameters["group"].map { String($0) } ?? "",
-                values: parameters["values"].map { String($0) } ?? ""))
+            try json(runQuery(QueryRequest(request.uri.queryParameters)))
         }
         router.get(RouterPath(ControlPath.liveQuery)) { request, _ in
             let parameters = request.uri.queryParameters
-            let arguments = parameters["args"].flatMap { try? JSONDecoder().decode([String].self, from: Data(String($0).utf8)) } ?? []
-            let text = String(parameters["q"] ?? "")
-            let scope = parameters["scope"].flatMap { QueryScope(rawValue: String($0)) } ?? .all
-            let sort = parameters["sort"].map { String($0) } ?? ""
+            let query = QueryRequest(parameters)
             let interval = parameters["interval"].flatMap { Double(String($0)) }.map { Duration.milliseconds(Int(max(0.001, $0) * 1000)) } ?? .milliseconds(100)
             return Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: ResponseBody { writer in
                 let encoder = JSONEncoder()
@@ -73,7 +65,7 @@ struct ControlServer {
                 defer { stop() }
                 // L9: `$time` is fixed when the query starts.
                 let clock = QueryClock()
-                let first = try runQuery(text, arguments: arguments, scope: scope, sort: sort, clock: clock)
+                let first = try runQuery(query, clock: clock)
                 if let error = first.error {
                     try await send(LiveQueryLine(event: "error", error: error, position: first.position))
                     try await writer.finish(nil)
@@ -100,7 +92,7 @@ struct ControlServer {
                 }
                 for await _ in wakes {
                     try await Task.sleep(for: interval)
-                    let now = try runQuery(text, arguments: arguments, scope: scope, sort: sort, clock: clock).results ?? []
+                    let now = try runQuery(query, clock: clock).results ?? []
                     let next = Dictionary(now.map { ($0.itemID, $0) }, uniquingKeysWith: { a, _ in a })
                     let added = now.filter { shown[$0.itemID] == nil }
                     let changed = now.filter { item in shown[item.itemID].map { $0 != item } ?? false }
@@ -146,11 +138,30 @@ struct ControlServer {
     }
 
     /// A one-shot query over the mount's rows (docs/QUERY_LANGUAGE.md).
-    /// `group`, `values`: a key's name, or empty.
-    func runQuery(_ text: String, arguments: [String], scope: QueryScope, sort: String, group: String = "", values: String = "",
-                  clock: QueryClock = QueryClock()) throws -> QueryAnswer {
+    /// What `/query` and `/query/live` are asked: `q`, `args` (a JSON array), `scope`, and the
+    /// names of keys in `sort`, `group` and `values` (empty when not asked).
+    struct QueryRequest {
+        var text: String
+        var arguments: [String]
+        var scope: QueryScope
+        var sort: String
+        var group: String
+        var values: String
+
+        init(_ parameters: Parameters) {
+            text = String(parameters["q"] ?? "")
+            arguments = parameters["args"].flatMap { try? JSONDecoder().decode([String].self, from: Data(String($0).utf8)) } ?? []
+            scope = parameters["scope"].flatMap { QueryScope(rawValue: String($0)) } ?? .all
+            sort = parameters["sort"].map { String($0) } ?? ""
+            group = parameters["group"].map { String($0) } ?? ""
+            values = parameters["values"].map { String($0) } ?? ""
+        }
+    }
+
+    func runQuery(_ query: QueryRequest, clock: QueryClock = QueryClock()) throws -> QueryAnswer {
+        let (sort, group, values) = (query.sort, query.group, query.values)
         let predicate: QueryPredicate
-        do throws(QueryError) { predicate = try QueryParser.parse(text, arguments: arguments) } catch {
+        do throws(QueryError) { predicate = try QueryParser.parse(query.text, arguments: query.arguments) } catch {
             return QueryAnswer(error: error.message, position: error.position)
         }
         var order: [(Key, descending: Bool)] = []
@@ -168,7 +179,7 @@ struct ControlServer {
         // Grouped: by the group's value first, each group in the asked order.
         if let groupKey { order.insert((groupKey, false), at: 0) }
         let (items, versions) = try engine.store.read { r in (try r.allItems(), try r.versionsFolder()?.ino) }
-        let records = MetadataQuery.run(predicate, items: items, versionsFolder: versions, scope: scope, sort: order, clock: clock) { fs.status(of: $0) }
+        let records = MetadataQuery.run(predicate, items: items, versionsFolder: versions, scope: query.scope, sort: order, clock: clock) { fs.status(of: $0) }
         return QueryAnswer(
             results: records.map { record in
                 var item = Self.result(record)
@@ -179,15 +190,12 @@ struct ControlServer {
     }
 
     static func result(_ r: QueryRecord) -> QueryResultItem {
-        func iso(_ t: Timestamp) -> String { WallClock.isoSeconds(Int(t / 1_000_000_000)) }
-        let contentType: String = if let key = KeyTable.key(named: "contentType"), case .string(let t) = r.value(key) { t } else { "public.data" }
-        let tags: [String] = if let key = KeyTable.key(named: "tags"), case .strings(let t) = r.value(key) { t } else { [] }
-        return QueryResultItem(
+        QueryResultItem(
             path: r.path, name: r.item.name, itemID: r.item.itemID.rawValue, kind: r.item.kind.rawValue, size: r.item.kind == .folder ? 0 : r.item.size,
-            created: iso(r.item.created), modified: iso(r.item.modified), contentType: contentType, downloadingStatus: r.status.downloadingStatus,
+            created: WallClock.isoSeconds(of: r.item.created), modified: WallClock.isoSeconds(of: r.item.modified), contentType: r.contentType, downloadingStatus: r.status.downloadingStatus,
             isDownloading: r.status.isDownloading, percentDownloaded: r.status.percentDownloaded, isUploaded: r.status.isUploaded,
             isUploading: r.status.isUploading, percentUploaded: r.status.percentUploaded, hasUnresolvedConflicts: r.status.hasUnresolvedConflicts,
-            pinned: r.status.pinned, tags: tags)
+            pinned: r.status.pinned, tags: r.tags)
     }
 
     func report() throws -> MountStatusReport {

@@ -40,6 +40,20 @@ public struct QueryClock: Sendable {
 }
 
 extension QueryPredicate {
+    /// The same predicate with every written time turned into its instant under `clock`: done
+    /// once per query, not once per item (an ISO-8601 string is parsed by formatters made anew).
+    public func fixingTimes(_ clock: QueryClock) -> QueryPredicate {
+        switch self {
+        case .and(let a, let b): return .and(a.fixingTimes(clock), b.fixingTimes(clock))
+        case .or(let a, let b): return .or(a.fixingTimes(clock), b.fixingTimes(clock))
+        case .not(let p): return .not(p.fixingTimes(clock))
+        case .constant: return self
+        case .comparison(var c):
+            c.value = c.value.fixingTimes(clock)
+            return .comparison(c)
+        }
+    }
+
     /// Whether an item matches: `value` answers each key (nil when the item has none, S12).
     public func matches(_ value: (Key) -> QueryValue?, clock: QueryClock) -> Bool {
         switch self {
@@ -48,6 +62,17 @@ extension QueryPredicate {
         case .not(let p): !p.matches(value, clock: clock)
         case .constant(let c): c
         case .comparison(let c): c.matches(value(c.key), clock: clock)
+        }
+    }
+}
+
+extension Value {
+    func fixingTimes(_ clock: QueryClock) -> Value {
+        switch self {
+        case .date(let t): clock.instant(t).map { .date(.referenceSeconds($0.timeIntervalSinceReferenceDate)) } ?? self
+        case .array(let elements): .array(elements.map { $0.fixingTimes(clock) })
+        case .bounds(let low, let high): .bounds(low.fixingTimes(clock), high.fixingTimes(clock))
+        default: self
         }
     }
 }

@@ -84,10 +84,10 @@ extension FileSystem {
             return
         }
         guard name.hasPrefix("user."), name.utf8.count > 5 else { throw .notSupported }
-        try refuseChange(of: try item(ino))
-        guard name.utf8.count <= SyncedXattr.maxNameBytes else { throw .nameTooLong }
         try commit(Rerunnable { [self] w in
             guard var item = try w.reader.item(ino) else { throw FSError.notFound }
+            try refuseChange(of: item)
+            guard name.utf8.count <= SyncedXattr.maxNameBytes else { throw FSError.nameTooLong }
             let exists = item.xattrs[name] != nil
             if create && exists { throw FSError.exists }
             if replace && !exists { throw FSError.noAttribute }
@@ -103,9 +103,9 @@ extension FileSystem {
     public func removeXattr(_ ino: Int64, name: String) throws(FSError) {
         if name.hasPrefix(ItemStatus.prefix) { throw .readOnlyAttribute }
         guard name.hasPrefix("user.") else { throw .noAttribute }
-        try refuseChange(of: try item(ino))
         try commit(Rerunnable { [self] w in
             guard var item = try w.reader.item(ino) else { throw FSError.notFound }
+            try refuseChange(of: item)
             guard item.xattrs.removeValue(forKey: name) != nil else { throw FSError.noAttribute }
             item.changed = Self.now()
             try w.update(item)

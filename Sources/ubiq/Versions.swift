@@ -29,19 +29,17 @@ struct Versions: AsyncParsableCommand {
                                 "size": v.size, "digest": v.digest]))
             }
             for e in earlier {
-                print(jsonLine(["path": path, "kind": "earlier", "version": e.revision.rawValue, "modified": Self.iso(e.modified),
-                                "replaced": Self.iso(e.replaced), "size": e.size, "digest": e.digest.hex]))
+                print(jsonLine(["path": path, "kind": "earlier", "version": e.revision.rawValue, "modified": WallClock.isoSeconds(of: e.modified),
+                                "replaced": WallClock.isoSeconds(of: e.replaced), "size": e.size, "digest": e.digest.hex]))
             }
             return
         }
         print(Self.row("current", "", current.modified, current.size, path))
         for v in versions { print(Self.row(v.id, "from \(v.device)", v.modified, v.size, top + "/" + v.path)) }
         for e in earlier {
-            print(Self.row(e.revision.rawValue, "replaced " + Self.iso(e.replaced), Self.iso(e.modified), e.size, "(ubiq restore \(path) \(e.revision.rawValue))"))
+            print(Self.row(e.revision.rawValue, "replaced " + WallClock.isoSeconds(of: e.replaced), WallClock.isoSeconds(of: e.modified), e.size, "(ubiq restore \(path) \(e.revision.rawValue))"))
         }
     }
-
-    static func iso(_ time: Timestamp) -> String { WallClock.isoSeconds(Int(time / 1_000_000_000)) }
 
     /// The mount's daemon for the file at `absolute`; exit 1 when none answers.
     static func control(of absolute: String) throws -> ControlClient {
