@@ -2,7 +2,8 @@
 import PackageDescription
 
 // Targets are listed top to bottom as in docs/ARCHITECTURE.md: imports point down the list.
-// Heavy dependencies have few importers: GRDB -> ServerStorage and LocalState, Hummingbird ->
+// Heavy dependencies have few importers: GRDB -> ServerStorage, LocalState and MetadataIndex (SQL
+// functions for compiled queries), Hummingbird ->
 // SyncServer and MountDaemon (the control socket), AsyncHTTPClient -> SyncClient and
 // TestSupport, ArgumentParser -> the executables.
 let package = Package(
@@ -27,7 +28,7 @@ let package = Package(
         .executableTarget(
             name: "ubiq",
             dependencies: [
-                "QueryLanguage", "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel", "DataFolderLock",
+                "QueryLanguage", "MetadataIndex", "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel", "DataFolderLock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -73,8 +74,8 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
-        // A query over the mount's rows.
-        .target(name: "MetadataIndex", dependencies: ["QueryLanguage", "LocalState", "ItemModel"]),
+        // A query over the mount's rows, compiled to SQL.
+        .target(name: "MetadataIndex", dependencies: ["QueryLanguage", "LocalState", "ItemModel", .product(name: "GRDB", package: "GRDB.swift")]),
         // The query language: lexer, parser, key table, type checks and evaluation; no I/O.
         .target(name: "QueryLanguage"),
         .target(
@@ -124,6 +125,10 @@ let package = Package(
             ]
         ),
         .testTarget(name: "QueryLanguageTests", dependencies: ["QueryLanguage"]),
+        .testTarget(
+            name: "MetadataIndexTests",
+            dependencies: ["MetadataIndex", "QueryLanguage", "LocalState", "ItemModel", .product(name: "GRDB", package: "GRDB.swift")]
+        ),
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"]),
         .testTarget(
             name: "VFSTests",

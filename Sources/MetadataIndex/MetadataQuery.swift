@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import ItemModel
 import LocalState
 import QueryLanguage
@@ -22,31 +23,40 @@ public enum QueryScope: String, Sendable, CaseIterable {
 /// A one-shot query over the mount's rows: every item (placeholders too: the rows hold every
 /// item's metadata) that matches, in the scope, sorted.
 public enum MetadataQuery {
-    /// `sort`: keys to order by, ascending (`-KEY` descending), then by path.
+    /// Compiled to SQL (`SQLCompiler`), in one read transaction: only the matching rows leave
+    /// the database. `sort`: keys to order by, ascending (`-KEY` descending), then by path.
     public static func run(
-        _ predicate: QueryPredicate, items: [LocalItem], versionsFolder: Int64?, scope: QueryScope = .all, sort: [(Key, descending: Bool)] = [],
-        clock: QueryClock, status: (LocalItem) -> ItemStatus
+        _ predicate: QueryPredicate, in reader: LocalReader, transfers: any TransfersInFlight, scope: QueryScope = .all,
+        sort: [(Key, descending: Bool)] = [], clock: QueryClock
+    ) throws -> [QueryRecord] {
+        let snapshot = try IndexSnapshot(reader, transfers: transfers)
+        let query = SQLCompiler.compile(predicate, clock: clock)
+        reader.register(snapshot.functions)
+        let rows = try reader.items(where: query.condition, arguments: StatementArguments(query.arguments), withExcluded: query.usesExcluded)
+        return sorted(records(rows, snapshot: snapshot, scope: scope), by: sort)
+    }
+
+    /// The same query evaluated in memory, row by row (`QueryPredicate.matches`): what the
+    /// SQL must agree with.
+    public static func evaluate(
+        _ predicate: QueryPredicate, items: [LocalItem], snapshot: IndexSnapshot, scope: QueryScope = .all,
+        sort: [(Key, descending: Bool)] = [], clock: QueryClock
     ) -> [QueryRecord] {
-        let byIno = Dictionary(items.map { ($0.ino, $0) }, uniquingKeysWith: { a, _ in a })
-        var paths: [Int64: String?] = [LocalItem.rootIno: ""]
-        func path(_ ino: Int64, depth: Int = 0) -> String? {
-            if let known = paths[ino] { return known }
-            guard depth < 4096, ino != versionsFolder, let item = byIno[ino], let parent = item.parent, let above = path(parent, depth: depth + 1) else {
-                paths[ino] = .some(nil)
-                return nil
-            }
-            let full = above + "/" + item.name
-            paths[ino] = full
-            return full
-        }
         let predicate = predicate.fixingTimes(clock)
-        var matched: [QueryRecord] = []
-        for item in items where item.ino != LocalItem.rootIno {
-            guard let p = path(item.ino), scope.contains(p) else { continue }
-            let record = QueryRecord(item: item, path: p, status: status(item))
-            if predicate.matches(record.value, clock: clock) { matched.append(record) }
+        let all = records(items.filter { $0.ino != LocalItem.rootIno }, snapshot: snapshot, scope: scope)
+        return sorted(all.filter { predicate.matches($0.value, clock: clock) }, by: sort)
+    }
+
+    /// Rows with a path (not in the versions folder, reaching the root) in the scope.
+    static func records(_ rows: [LocalItem], snapshot: IndexSnapshot, scope: QueryScope) -> [QueryRecord] {
+        rows.compactMap { item in
+            guard let path = snapshot.path(of: item), scope.contains(path) else { return nil }
+            return QueryRecord(item: item, path: path, status: snapshot.status(of: item))
         }
-        return matched.sorted { a, b in
+    }
+
+    static func sorted(_ records: [QueryRecord], by sort: [(Key, descending: Bool)]) -> [QueryRecord] {
+        records.sorted { a, b in
             for (key, descending) in sort {
                 let (x, y) = (a.value(key), b.value(key))
                 if x == y { continue }

@@ -19,12 +19,14 @@ public struct QueryRecord: Sendable {
     static func date(_ t: Timestamp) -> Date { Date(timeIntervalSince1970: Double(t) / 1e9) }
 
     /// The tags in `user.xdg.tags`, split on commas and trimmed (empty ones dropped).
-    public var tags: [String] {
-        guard let raw = item.xattrs["user.xdg.tags"] else { return [] }
+    public var tags: [String] { Self.tags(in: item.xattrs) }
+
+    static func tags(in xattrs: [String: Data]) -> [String] {
+        guard let raw = xattrs["user.xdg.tags"] else { return [] }
         return String(decoding: raw, as: UTF8.self).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
-    public var contentType: String { ContentTypes.type(of: item) }
+    public var contentType: String { ContentTypes.type(name: item.name, kind: item.kind) }
 
     /// The value of `key`; nil when the item has none (S12).
     public func value(_ key: Key) -> QueryValue? {
@@ -39,7 +41,7 @@ public struct QueryRecord: Sendable {
         case "created": return .date(Self.date(item.created))
         case "modified": return .date(Self.date(item.modified))
         case "contentType": return .string(contentType)
-        case "contentTypeTree": return .strings(ContentTypes.tree(of: item))
+        case "contentTypeTree": return .strings(ContentTypes.tree(name: item.name, kind: item.kind))
         case "isUbiquitous": return .bool(status.downloadingStatus != "excluded")
         case "downloadingStatus": return .string(status.downloadingStatus)
         case "isDownloading": return .bool(status.isDownloading)
@@ -84,16 +86,16 @@ enum ContentTypes {
         "public.archive": "public.data", "com.apple.property-list": "public.data", "public.folder": "public.directory",
     ]
 
-    static func type(of item: LocalItem) -> String {
-        if item.kind == .folder { return "public.folder" }
-        guard let dot = item.name.lastIndex(of: "."), dot != item.name.startIndex else { return "public.data" }
-        return byExtension[item.name[item.name.index(after: dot)...].lowercased()] ?? "public.data"
+    static func type(name: String, kind: ItemKind) -> String {
+        if kind == .folder { return "public.folder" }
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "public.data" }
+        return byExtension[name[name.index(after: dot)...].lowercased()] ?? "public.data"
     }
 
-    static func tree(of item: LocalItem) -> [String] {
-        var out = [type(of: item)]
+    static func tree(name: String, kind: ItemKind) -> [String] {
+        var out = [type(name: name, kind: kind)]
         while let parent = parents[out.last!], !out.contains(parent) { out.append(parent) }
-        if item.kind == .file && out.last != "public.data" { out.append("public.data") }
+        if kind == .file && out.last != "public.data" { out.append("public.data") }
         out.append("public.item")
         return out
     }

@@ -178,8 +178,10 @@ struct ControlServer {
         if !values.isEmpty && valuesKey == nil { return QueryAnswer(error: "unknown values key '\(values)'", position: nil) }
         // Grouped: by the group's value first, each group in the asked order.
         if let groupKey { order.insert((groupKey, false), at: 0) }
-        let (items, versions) = try engine.store.read { r in (try r.allItems(), try r.versionsFolder()?.ino) }
-        let records = MetadataQuery.run(predicate, items: items, versionsFolder: versions, scope: query.scope, sort: order, clock: clock) { fs.status(of: $0) }
+        let transfers = MountTransfers(fs: fs)
+        let records = try engine.store.read { r in
+            try MetadataQuery.run(predicate, in: r, transfers: transfers, scope: query.scope, sort: order, clock: clock)
+        }
         return QueryAnswer(
             results: records.map { record in
                 var item = Self.result(record)
@@ -223,4 +225,11 @@ struct ControlServer {
 
 func json<T: Encodable>(_ value: T) throws -> Response {
     Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: try JSONEncoder().encode(value))))
+}
+
+/// The index's view of the transfers the mount runs.
+struct MountTransfers: TransfersInFlight {
+    let fs: FileSystem
+    func downloadPercent(_ ino: Int64) -> Int? { fs.downloadPercent(ino) }
+    func upload(_ ino: Int64) -> (uploading: Bool, percent: Int?) { fs.openFiles.upload(ino) }
 }

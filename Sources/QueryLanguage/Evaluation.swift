@@ -20,7 +20,7 @@ public struct QueryClock: Sendable {
     }
 
     /// The instant a written time stands for.
-    func instant(_ time: TimeValue) -> Date? {
+    public func instant(_ time: TimeValue) -> Date? {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
         switch time {
@@ -91,7 +91,7 @@ extension Comparison {
         if case .strings(let elements) = actual {
             // S11: CONTAINS (and 'x' IN key) on several values is membership, unquantified.
             if quantifier == nil, op == .contains || (op == .in && flipped), case .string(let wanted) = value {
-                return elements.contains { Text.equal($0, wanted, options) }
+                return elements.contains { QueryText.equal($0, wanted, options) }
             }
             let each = elements.map { matchesOne(.string($0), clock: clock) }
             switch quantifier {
@@ -117,7 +117,7 @@ extension Comparison {
         }
         switch (actual, value) {
         case (.string(let s), .string(let pattern)) where ![.less, .lessOrEqual, .greater, .greaterOrEqual].contains(op):
-            return Text.compare(s, op, pattern, options: options, flipped: flipped)
+            return QueryText.compare(s, op, pattern, options: options, flipped: flipped)
         case (.bool(let b), .bool(let wanted)):
             return op == .equal ? b == wanted : op == .notEqual ? b != wanted : false
         default:
@@ -136,7 +136,7 @@ extension Comparison {
 
     /// `==` without globbing: what `IN {…}` compares with.
     func plainEqual(_ actual: QueryValue, clock: QueryClock) -> Bool {
-        if case .string(let s) = actual, case .string(let v) = value { return Text.equal(s, v, options) }
+        if case .string(let s) = actual, case .string(let v) = value { return QueryText.equal(s, v, options) }
         if case .bool(let b) = actual, case .bool(let v) = value { return b == v }
         return order(actual, value, clock: clock) == 0
     }
@@ -148,17 +148,16 @@ extension Comparison {
         case (.date(let a), .date(let t)):
             guard let b = clock.instant(t) else { return nil }
             return a < b ? -1 : a > b ? 1 : 0
-        case (.string(let a), .string(let b)):
-            let (x, y) = (Text.folded(a, options), Text.folded(b, options))
-            return x.unicodeScalars.lexicographicallyPrecedes(y.unicodeScalars) ? -1 : x == y ? 0 : 1
+        case (.string(let a), .string(let b)): return QueryText.order(a, b, options)
         default: return nil
         }
     }
 }
 
 /// String comparison: NFC (S1), case folding for `[c]` (S5), diacritics removed for `[d]` (S6).
-enum Text {
-    static func folded(_ s: String, _ options: Options) -> String {
+/// Public: the index's SQL calls the same functions, so that both evaluations agree.
+public enum QueryText {
+    public static func folded(_ s: String, _ options: Options) -> String {
         var out = s.precomposedStringWithCanonicalMapping
         var fold: String.CompareOptions = []
         if options.contains(.caseInsensitive) { fold.insert(.caseInsensitive) }
@@ -167,9 +166,15 @@ enum Text {
         return out
     }
 
-    static func equal(_ a: String, _ b: String, _ options: Options) -> Bool { folded(a, options) == folded(b, options) }
+    public static func equal(_ a: String, _ b: String, _ options: Options) -> Bool { folded(a, options) == folded(b, options) }
 
-    static func compare(_ subject: String, _ op: Operator, _ pattern: String, options: Options, flipped: Bool) -> Bool {
+    /// -1, 0, 1: `a` against `b`, folded, by Unicode scalars.
+    public static func order(_ a: String, _ b: String, _ options: Options) -> Int {
+        let (x, y) = (folded(a, options), folded(b, options))
+        return x.unicodeScalars.lexicographicallyPrecedes(y.unicodeScalars) ? -1 : x == y ? 0 : 1
+    }
+
+    public static func compare(_ subject: String, _ op: Operator, _ pattern: String, options: Options, flipped: Bool) -> Bool {
         let s = folded(subject, options)
         let p = folded(pattern, options)
         switch op {
@@ -194,7 +199,7 @@ enum Text {
 
     /// S3: the whole string against `pattern`, where `*` is any run of characters, `?` one
     /// character (S8), and `\` makes the next character literal.
-    static func glob(_ string: String, _ pattern: String) -> Bool {
+    public static func glob(_ string: String, _ pattern: String) -> Bool {
         enum Part: Equatable { case any, one, literal(Character) }
         var parts: [Part] = []
         var escaping = false

@@ -46,6 +46,9 @@ extension FileSystem {
         return item.conflicts.contains { !settled.contains($0.id) }
     }
 
+    /// How far the file's running download is, in percent; nil when none runs.
+    public func downloadPercent(_ ino: Int64) -> Int? { content.downloadPercent(ino) }
+
     public func status(of item: LocalItem) -> ItemStatus {
         let excluded = (try? store.read { try $0.isExcluded(item.ino) }) ?? false
         let pending = (try? store.read { try $0.pendingOps(for: item.ino) }) ?? 0

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import MetadataIndex
 import MountDaemon
 import QueryLanguage
 import SyncAPI
@@ -22,6 +23,7 @@ struct Query: AsyncParsableCommand {
     var live = false
     @Option(help: "With --live: seconds a batch of changes is collected for (default 0.1).") var batchInterval: Double = 0.1
     @Option(help: "The mount to query (default: the one containing the working directory).") var mount: String?
+    @Flag(help: "Print the parsed tree and the SQL it compiles to, with the bound values, without running it.") var explain = false
 
     func validate() throws {
         guard ["all", "documents", "data"].contains(scope) else { throw ValidationError("--scope is documents, data or all") }
@@ -36,6 +38,7 @@ struct Query: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if explain { return try printExplanation() }
         let target = Paths.absolute(mount ?? FileManager.default.currentDirectoryPath)
         guard let mountpoint = MountTable.mount(containing: target) else { throw Failure("\(target) is not inside a ubiq mount") }
         guard let cache = MountRegistry.cacheDirectory(of: mountpoint) else { throw Failure("no daemon is registered for \(mountpoint)") }
@@ -76,6 +79,22 @@ struct Query: AsyncParsableCommand {
                 group = item.group
             }
             print(json ? String(decoding: try encoder.encode(item), as: UTF8.self) : mountpoint + item.path)
+        }
+    }
+
+    /// `--explain`: needs no mount; `$time` values are fixed at this moment.
+    func printExplanation() throws {
+        let parsed: QueryPredicate
+        do throws(QueryError) { parsed = try QueryParser.parse(predicate, arguments: arguments) } catch {
+            try refuse(error.message, at: error.position)
+        }
+        let sql = SQLCompiler.compile(parsed, clock: QueryClock())
+        if json {
+            print(jsonLine(["tree": parsed.tree, "sql": sql.statement, "arguments": sql.argumentTexts]))
+        } else {
+            print("tree:\n" + parsed.tree.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n"))
+            print("sql:\n  " + sql.statement.replacingOccurrences(of: "\n", with: "\n  "))
+            print("arguments:" + sql.argumentTexts.enumerated().map { "\n  ?\($0.offset + 1) = \($0.element)" }.joined())
         }
     }
 

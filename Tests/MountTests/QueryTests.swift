@@ -30,6 +30,11 @@ extension ConvergenceTests {
             #expect(try await paths(["size > 1000000 AND modified > $time.today(-7)"]) == ["/big.bin"])
             #expect(try await paths(["tags CONTAINS 'work' AND NOT (path BEGINSWITH '/Documents/Archive')"]) == ["/notes.txt"])
             #expect(try await paths(["downloadingStatus == 'notDownloaded' AND contentType == 'net.daringfireball.markdown'"]).count == 2)
+            #expect(try await paths(["downloadingStatus == 'notDownloaded' OR hasUnresolvedConflicts == 1"]).count == 4, "every file")
+            // The seed documents' predicates, as written there.
+            #expect(try await paths(["NSMetadataItemFSNameKey == '*'"]).count == 6)
+            #expect(try await paths(["%K == 'notes.txt'", "--arg", "NSMetadataItemFSNameKey"]) == ["/notes.txt"])
+            #expect(try await paths(["%K LIKE %@", "--arg", "NSMetadataItemFSNameKey", "--arg", "*.txt"]) == ["/notes.txt"])
             #expect(try await paths(["TRUEPREDICATE", "--scope", "documents", "--sort=-name"]) == ["/Documents/Archive/b.md", "/Documents/a.md", "/Documents/Archive"])
             #expect(try await paths(["TRUEPREDICATE", "--scope", "data", "--sort", "size,name"]) == ["/Documents", "/notes.txt", "/big.bin"])
             #expect(try await query(["TRUEPREDICATE", "--count"]).stdout == "6\n", "two folders and four files")
@@ -55,6 +60,12 @@ extension ConvergenceTests {
             let badJSON = try await query(["name ==[x] 'a'", "--json"])
             #expect(badJSON.status == 2 && badJSON.stdout.contains(#""position":8"#), "\(badJSON)")
             #expect(try await query(["TRUEPREDICATE", "--sort", "nosuchkey"]).status == 2)
+            // --explain: the parsed tree and the SQL, the value bound and not in the statement.
+            let explained = try await query(["name LIKE[c] %@ AND size > 10", "--arg", "*.txt", "--explain"])
+            #expect(explained.status == 0, "\(explained)")
+            #expect(explained.stdout.contains("  AND\n    name LIKE[c] \"*.txt\"\n    size > 10\n"), "\(explained.stdout)")
+            #expect(explained.stdout.contains("?1 = \"*.txt\"") && !explained.stdout.contains("'*.txt'"), "\(explained.stdout)")
+            #expect(try await query(["name LIKE", "--explain"]).status == 2)
             let outside = try await b.ubiq(["query", "TRUEPREDICATE", "--mount", "/tmp"])
             #expect(outside.status == 1 && outside.stderr.contains("not inside a ubiq mount"), "\(outside)")
         }
