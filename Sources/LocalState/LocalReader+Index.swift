@@ -14,26 +14,39 @@ extension LocalReader {
             UNION SELECT c.ino FROM items c JOIN excluded e ON c.parent = e.ino)
         """
 
+    /// The versions folder and what it holds: never a query's result (they have no path in the
+    /// container).
+    public static let versionsTable = """
+        versions(ino) AS (
+            SELECT ino FROM items WHERE parent = \(LocalItem.rootIno) AND name = '\(LocalItem.versionsFolderName)'
+            UNION SELECT c.ino FROM items c JOIN versions v ON c.parent = v.ino)
+        """
+
+    /// What is below the `Documents` folder at the top (iCloud's documents scope).
+    public static let documentsTable = """
+        documents(ino) AS (
+            SELECT c.ino FROM items c JOIN items d ON c.parent = d.ino WHERE d.parent = \(LocalItem.rootIno) AND d.name = 'Documents'
+            UNION SELECT c.ino FROM items c JOIN documents s ON c.parent = s.ino)
+        """
+
     /// Makes `functions` callable from SQL on this connection: a compiled query calls back into
     /// Swift for what SQL cannot say (Unicode folding, content types, transfers in memory).
     public func register(_ functions: [DatabaseFunction]) {
         for function in functions { db.add(function: function) }
     }
 
-    /// The rows (the root aside) for which `condition`, an SQL condition over `items AS i`,
-    /// holds. `withExcluded` puts the `excluded` table in reach of the condition. Not a cached
-    /// statement: every query text would stay in the cache for the connection's life.
-    public func items(where condition: String, arguments: StatementArguments, withExcluded: Bool) throws -> [LocalItem] {
-        let statement = try db.makeStatement(sql: Self.statement(where: condition, withExcluded: withExcluded))
-        let rows = try Row.fetchCursor(statement, arguments: arguments)
+    /// The rows a `SELECT i.* FROM items AS i …` statement selects. Not a cached statement:
+    /// every query text would stay in the cache for the connection's life.
+    public func items(selectedBy sql: String, arguments: StatementArguments) throws -> [LocalItem] {
+        let rows = try Row.fetchCursor(try db.makeStatement(sql: sql), arguments: arguments)
         var out: [LocalItem] = []
         while let row = try rows.next() { out.append(try LocalItem(row: row)) }
         return out
     }
 
-    public static func statement(where condition: String, withExcluded: Bool) -> String {
-        let with = withExcluded ? "WITH RECURSIVE \(excludedTable)\n" : ""
-        return "\(with)SELECT i.* FROM items AS i WHERE i.ino != \(LocalItem.rootIno) AND (\(condition))"
+    /// The number a `SELECT COUNT(*) …` statement answers.
+    public func count(selectedBy sql: String, arguments: StatementArguments) throws -> Int {
+        try Int.fetchOne(try db.makeStatement(sql: sql), arguments: arguments) ?? 0
     }
 
     /// Every folder's parent and name: enough to give any row its path.
@@ -42,10 +55,6 @@ extension LocalReader {
         let rows = try Row.fetchCursor(try db.cachedStatement(sql: "SELECT ino, parent, name FROM items WHERE kind = 'folder'"))
         while let row = try rows.next() { out[row[0]] = (row[1], row[2]) }
         return out
-    }
-
-    public func excludedItems() throws -> Set<Int64> {
-        Set(try Int64.fetchAll(try db.cachedStatement(sql: "WITH RECURSIVE \(Self.excludedTable) SELECT ino FROM excluded")))
     }
 
     /// How many changes of each item wait in the outbox (usually few rows).

@@ -14,21 +14,20 @@ public protocol TransfersInFlight: Sendable {
 }
 
 /// The facts a query needs beyond each row, read once per query in the query's transaction:
-/// folder names (for paths), excluded items, pending changes, resolutions chosen here, and
-/// the transfers in memory.
+/// folder names (for paths and exclusion), pending changes, resolutions chosen here, and the
+/// transfers in memory.
 public final class IndexSnapshot: Sendable {
     let folders: [Int64: (parent: Int64?, name: String)]
     let versionsFolder: Int64?
-    let excluded: Set<Int64>
     let pending: [Int64: Int]
     let settled: [Int64: Set<ItemID>]
     let transfers: any TransfersInFlight
     private let folderPaths = Mutex<[Int64: String?]>([LocalItem.rootIno: ""])
+    private let excludedFolders = Mutex<[Int64: Bool]>([LocalItem.rootIno: false])
 
     public init(_ reader: LocalReader, transfers: any TransfersInFlight) throws {
         folders = try reader.folderNames()
         versionsFolder = try reader.versionsFolder()?.ino
-        excluded = try reader.excludedItems()
         pending = try reader.pendingCounts()
         settled = try reader.settledHere()
         self.transfers = transfers
@@ -66,9 +65,36 @@ public final class IndexSnapshot: Sendable {
         return path
     }
 
+    /// Whether the item or a folder above it is named `*.nosync` or is the versions folder
+    /// (`LocalReader.isExcluded`, from the folders in memory).
+    public func isExcluded(_ item: LocalItem) -> Bool {
+        Self.excludes(item.name) || item.parent.map(folderIsExcluded) ?? false
+    }
+
+    static func excludes(_ name: String) -> Bool { name.hasSuffix(".nosync") || name == LocalItem.versionsFolderName }
+
+    private func folderIsExcluded(_ ino: Int64) -> Bool {
+        var chain: [Int64] = []
+        var cursor = ino
+        var answer = false
+        while chain.count <= 4096 {
+            if let known = excludedFolders.withLock({ $0[cursor] }) { answer = known; break }
+            guard let folder = folders[cursor] else { break }
+            chain.append(cursor)
+            if Self.excludes(folder.name) { answer = true; break }
+            guard let parent = folder.parent else { break }
+            cursor = parent
+        }
+        excludedFolders.withLock { cache in
+            // Everything below an excluded folder is excluded; above it, only what was known.
+            for folder in chain { cache[folder] = answer }
+        }
+        return answer
+    }
+
     public func status(of item: LocalItem) -> ItemStatus {
         let upload = transfers.upload(item.ino)
-        return ItemStatus(item: item, excluded: excluded.contains(item.ino), pendingOps: pending[item.ino] ?? 0,
+        return ItemStatus(item: item, excluded: isExcluded(item), pendingOps: pending[item.ino] ?? 0,
                           downloadPercent: transfers.downloadPercent(item.ino), uploading: upload.uploading,
                           uploadPercent: upload.percent, settledHere: settled[item.ino] ?? [])
     }

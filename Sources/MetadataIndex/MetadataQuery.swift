@@ -32,8 +32,18 @@ public enum MetadataQuery {
         let snapshot = try IndexSnapshot(reader, transfers: transfers)
         let query = SQLCompiler.compile(predicate, clock: clock)
         reader.register(snapshot.functions)
-        let rows = try reader.items(where: query.condition, arguments: StatementArguments(query.arguments), withExcluded: query.usesExcluded)
+        let rows = try reader.items(selectedBy: query.statement(scope: scope), arguments: StatementArguments(query.arguments))
         return sorted(records(rows, snapshot: snapshot, scope: scope), by: sort)
+    }
+
+    /// How many items `run` would answer, counted by SQL alone.
+    public static func count(
+        _ predicate: QueryPredicate, in reader: LocalReader, transfers: any TransfersInFlight, scope: QueryScope = .all, clock: QueryClock
+    ) throws -> Int {
+        let snapshot = try IndexSnapshot(reader, transfers: transfers)
+        let query = SQLCompiler.compile(predicate, clock: clock)
+        reader.register(snapshot.functions)
+        return try reader.count(selectedBy: query.statement(scope: scope, counting: true), arguments: StatementArguments(query.arguments))
     }
 
     /// The same query evaluated in memory, row by row (`QueryPredicate.matches`): what the

@@ -12,8 +12,22 @@ public struct SQLQuery: Sendable, Equatable {
     /// The condition reads the `excluded` table (`LocalReader.excludedTable`).
     public var usesExcluded: Bool
 
-    /// The whole statement the index runs, for `ubiq query --explain`.
-    public var statement: String { LocalReader.statement(where: condition, withExcluded: usesExcluded) }
+    /// The statement that selects the matching rows in `scope` (`COUNT(*)` of them when
+    /// `counting`): never the root, nor the versions folder and what it holds.
+    public func statement(scope: QueryScope = .all, counting: Bool = false) -> String {
+        var tables = [LocalReader.versionsTable]
+        if usesExcluded { tables.append(LocalReader.excludedTable) }
+        var conditions = ["i.ino != \(LocalItem.rootIno)", "i.ino NOT IN (SELECT ino FROM versions)"]
+        switch scope {
+        case .all: break
+        case .documents: conditions.append("i.ino IN (SELECT ino FROM documents)")
+        case .data: conditions.append("i.ino NOT IN (SELECT ino FROM documents)")
+        }
+        if scope != .all { tables.append(LocalReader.documentsTable) }
+        conditions.append("(\(condition))")
+        return "WITH RECURSIVE \(tables.joined(separator: ",\n"))\nSELECT \(counting ? "COUNT(*)" : "i.*") FROM items AS i\nWHERE "
+            + conditions.joined(separator: " AND ")
+    }
 
     /// The bound values, `?1` first, as SQL literals.
     public var argumentTexts: [String] { arguments.map(\.description) }

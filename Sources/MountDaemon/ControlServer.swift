@@ -138,8 +138,8 @@ struct ControlServer {
     }
 
     /// A one-shot query over the mount's rows (docs/QUERY_LANGUAGE.md).
-    /// What `/query` and `/query/live` are asked: `q`, `args` (a JSON array), `scope`, and the
-    /// names of keys in `sort`, `group` and `values` (empty when not asked).
+    /// What `/query` and `/query/live` are asked: `q`, `args` (a JSON array), `scope`, the
+    /// names of keys in `sort`, `group` and `values` (empty when not asked), and `count=1`.
     struct QueryRequest {
         var text: String
         var arguments: [String]
@@ -147,6 +147,7 @@ struct ControlServer {
         var sort: String
         var group: String
         var values: String
+        var count: Bool
 
         init(_ parameters: Parameters) {
             text = String(parameters["q"] ?? "")
@@ -155,6 +156,7 @@ struct ControlServer {
             sort = parameters["sort"].map { String($0) } ?? ""
             group = parameters["group"].map { String($0) } ?? ""
             values = parameters["values"].map { String($0) } ?? ""
+            count = parameters["count"] == "1"
         }
     }
 
@@ -179,6 +181,11 @@ struct ControlServer {
         // Grouped: by the group's value first, each group in the asked order.
         if let groupKey { order.insert((groupKey, false), at: 0) }
         let transfers = MountTransfers(fs: fs)
+        if query.count && groupKey == nil && valuesKey == nil {
+            return QueryAnswer(count: try engine.store.read { r in
+                try MetadataQuery.count(predicate, in: r, transfers: transfers, scope: query.scope, clock: clock)
+            })
+        }
         let records = try engine.store.read { r in
             try MetadataQuery.run(predicate, in: r, transfers: transfers, scope: query.scope, sort: order, clock: clock)
         }

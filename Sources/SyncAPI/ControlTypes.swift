@@ -53,11 +53,14 @@ public struct QueryAnswer: Codable, Sendable {
     public var results: [QueryResultItem]?
     /// With `values=KEY`: each distinct value of the key among the results, with its count.
     public var values: [ValueCount]?
+    /// With `count=1`: how many items match, and no results.
+    public var count: Int?
     public var error: String?
     public var position: Int?
-    public init(results: [QueryResultItem]? = nil, values: [ValueCount]? = nil, error: String? = nil, position: Int? = nil) {
+    public init(results: [QueryResultItem]? = nil, values: [ValueCount]? = nil, count: Int? = nil, error: String? = nil, position: Int? = nil) {
         self.results = results
         self.values = values
+        self.count = count
         self.error = error
         self.position = position
     }

@@ -51,6 +51,7 @@ struct Query: AsyncParsableCommand {
             URLQueryItem(name: "interval", value: String(batchInterval)),
             URLQueryItem(name: "group", value: groupBy ?? ""),
             URLQueryItem(name: "values", value: values ?? ""),
+            URLQueryItem(name: "count", value: count ? "1" : "0"),
         ]
         // `+` stays literal in a query string otherwise, and the server reads it as a space.
         let query = (parameters.percentEncodedQuery ?? "").replacingOccurrences(of: "+", with: "%2B")
@@ -67,7 +68,8 @@ struct Query: AsyncParsableCommand {
             return
         }
         if count {
-            print(json ? jsonLine(["count": results.count]) : String(results.count))
+            let n = answer.count ?? results.count
+            print(json ? jsonLine(["count": n]) : String(n))
             return
         }
         let encoder = JSONEncoder()
@@ -90,10 +92,10 @@ struct Query: AsyncParsableCommand {
         }
         let sql = SQLCompiler.compile(parsed, clock: QueryClock())
         if json {
-            print(jsonLine(["tree": parsed.tree, "sql": sql.statement, "arguments": sql.argumentTexts]))
+            print(jsonLine(["tree": parsed.tree, "sql": sql.statement(scope: QueryScope(rawValue: scope) ?? .all), "arguments": sql.argumentTexts]))
         } else {
             print("tree:\n" + parsed.tree.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n"))
-            print("sql:\n  " + sql.statement.replacingOccurrences(of: "\n", with: "\n  "))
+            print("sql:\n  " + sql.statement(scope: QueryScope(rawValue: scope) ?? .all).replacingOccurrences(of: "\n", with: "\n  "))
             print("arguments:" + sql.argumentTexts.enumerated().map { "\n  ?\($0.offset + 1) = \($0.element)" }.joined())
         }
     }

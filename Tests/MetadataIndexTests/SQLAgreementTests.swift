@@ -92,6 +92,10 @@ struct RandomIndex {
         try store.read { try MetadataQuery.run(predicate, in: $0, transfers: transfers, scope: scope, clock: clock) }.map(\.path)
     }
 
+    func count(_ predicate: QueryPredicate, clock: QueryClock, scope: QueryScope = .all) throws -> Int {
+        try store.read { try MetadataQuery.count(predicate, in: $0, transfers: transfers, scope: scope, clock: clock) }
+    }
+
     func memory(_ predicate: QueryPredicate, clock: QueryClock, scope: QueryScope = .all) throws -> [String] {
         try store.read { r in
             MetadataQuery.evaluate(predicate, items: try r.allItems(), snapshot: try IndexSnapshot(r, transfers: transfers), scope: scope, clock: clock)
@@ -189,6 +193,7 @@ struct SQLAgreementTests {
             let scope = [QueryScope.all, .all, .documents, .data][n % 4]
             let (sql, memory) = (try index.sql(predicate, clock: Self.clock, scope: scope), try index.memory(predicate, clock: Self.clock, scope: scope))
             #expect(sql == memory, "seed \(seed), \(text) with \(writer.arguments.debugDescription), scope \(scope)")
+            #expect(try index.count(predicate, clock: Self.clock, scope: scope) == memory.count, "count: seed \(seed), \(text), scope \(scope)")
             compared += 1
             if !memory.isEmpty { matchedSome += 1 }
             await Task.yield()
