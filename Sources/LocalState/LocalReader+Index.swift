@@ -14,12 +14,12 @@ extension LocalReader {
             UNION SELECT c.ino FROM items c JOIN excluded e ON c.parent = e.ino)
         """
 
-    /// The versions folder and what it holds: never a query's result (they have no path in the
-    /// container).
-    public static let versionsTable = """
-        versions(ino) AS (
-            SELECT ino FROM items WHERE parent = \(LocalItem.rootIno) AND name = '\(LocalItem.versionsFolderName)'
-            UNION SELECT c.ino FROM items c JOIN versions v ON c.parent = v.ino)
+    /// The versions folder and what it holds (files only: nothing else can be made there),
+    /// as a condition on `items AS i`: never a query's result, they have no path in the
+    /// container. The subquery runs once per statement.
+    public static let outsideVersions = """
+        i.ino IS NOT (SELECT ino FROM items WHERE parent = \(LocalItem.rootIno) AND name = '\(LocalItem.versionsFolderName)') \
+        AND i.parent IS NOT (SELECT ino FROM items WHERE parent = \(LocalItem.rootIno) AND name = '\(LocalItem.versionsFolderName)')
         """
 
     /// What is below the `Documents` folder at the top (iCloud's documents scope).

@@ -139,6 +139,23 @@ extension LocalStore {
                     """,
                 arguments: [ItemID.random().rawValue, LocalItem.versionsFolderName])
         }
+        m.registerMigration("v13: plain names") { db in
+            // 1 when the name is ASCII without a carriage return: then NFC, diacritic folding and
+            // grapheme breaks change nothing in it, and SQLite's own GLOB and LIKE compare it as a
+            // query does (see MetadataIndex's SQLCompiler). Kept by triggers, so that no writer
+            // has to know; asking SQLite per row instead cost more than the comparison itself.
+            let plain = "(length(CAST(NEW.name AS BLOB)) = length(NEW.name) AND instr(NEW.name, char(13)) = 0)"
+            try db.execute(sql: """
+                ALTER TABLE items ADD COLUMN plain_name INTEGER NOT NULL DEFAULT 0;
+                UPDATE items SET plain_name = (length(CAST(name AS BLOB)) = length(name) AND instr(name, char(13)) = 0);
+                CREATE TRIGGER items_plain_name_on_insert AFTER INSERT ON items BEGIN
+                    UPDATE items SET plain_name = \(plain) WHERE ino = NEW.ino;
+                END;
+                CREATE TRIGGER items_plain_name_on_rename AFTER UPDATE OF name ON items WHEN OLD.name IS NOT NEW.name BEGIN
+                    UPDATE items SET plain_name = \(plain) WHERE ino = NEW.ino;
+                END;
+                """)
+        }
         return m
     }
 }

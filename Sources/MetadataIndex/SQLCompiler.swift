@@ -15,9 +15,9 @@ public struct SQLQuery: Sendable, Equatable {
     /// The statement that selects the matching rows in `scope` (`COUNT(*)` of them when
     /// `counting`): never the root, nor the versions folder and what it holds.
     public func statement(scope: QueryScope = .all, counting: Bool = false) -> String {
-        var tables = [LocalReader.versionsTable]
+        var tables: [String] = []
         if usesExcluded { tables.append(LocalReader.excludedTable) }
-        var conditions = ["i.ino != \(LocalItem.rootIno)", "i.ino NOT IN (SELECT ino FROM versions)"]
+        var conditions = ["i.ino != \(LocalItem.rootIno)", LocalReader.outsideVersions]
         switch scope {
         case .all: break
         case .documents: conditions.append("i.ino IN (SELECT ino FROM documents)")
@@ -25,8 +25,8 @@ public struct SQLQuery: Sendable, Equatable {
         }
         if scope != .all { tables.append(LocalReader.documentsTable) }
         conditions.append("(\(condition))")
-        return "WITH RECURSIVE \(tables.joined(separator: ",\n"))\nSELECT \(counting ? "COUNT(*)" : "i.*") FROM items AS i\nWHERE "
-            + conditions.joined(separator: " AND ")
+        let with = tables.isEmpty ? "" : "WITH RECURSIVE \(tables.joined(separator: ",\n"))\n"
+        return "\(with)SELECT \(counting ? "COUNT(*)" : "i.*") FROM items AS i\nWHERE " + conditions.joined(separator: " AND ")
     }
 
     /// The bound values, `?1` first, as SQL literals.
@@ -239,12 +239,14 @@ public struct SQLCompiler {
     /// A string operator (`==`, `LIKE`, `BEGINSWITH`, …): SQLite's own `GLOB` or `LIKE` where
     /// that is exact, `ubiq_text` (the evaluator's function) elsewhere.
     ///
-    /// Exact means printable ASCII on both sides: there NFC changes nothing, diacritic folding
-    /// changes nothing, case folding is what `LIKE` does, and every character is one
-    /// `Character`, as `?` and `_` count them. A value with any other character goes to
-    /// `ubiq_text`, decided per row.
+    /// Exact means a printable ASCII pattern and a plain value (ASCII without a carriage
+    /// return): there NFC changes nothing, diacritic folding changes nothing, case folding is
+    /// what `LIKE` does, and every character is one `Character`, as `?` and `_` count them. A
+    /// value with any other character goes to `ubiq_text`, decided per row.
     private mutating func text(_ c: Comparison, _ subject: String, _ pattern: String) -> String {
         let exact = "ubiq_text('\(c.op.rawValue)', \(c.options.rawValue), \(c.flipped ? 1 : 0), \(subject), \(bind(pattern)))"
+        // The row's value is plain: ASCII without a carriage return (`\r\n` is one character).
+        let plain = subject == "i.name" ? "i.plain_name" : "(length(CAST(\(subject) AS BLOB)) = length(\(subject)) AND instr(\(subject), char(13)) = 0)"
         guard pattern.unicodeScalars.allSatisfy({ (0x20...0x7E).contains($0.value) }), let parts = Self.nativeParts(c.op, c.flipped, pattern) else {
             return exact
         }
@@ -256,8 +258,7 @@ public struct SQLCompiler {
         } else {
             native = "(\(subject) GLOB \(bind(Self.globPattern(parts))))"
         }
-        let positive = "(CASE WHEN \(subject) GLOB '*[^ -~]*' THEN \(exact) ELSE \(native) END)"
-        return c.op == .notEqual ? "(CASE WHEN \(subject) GLOB '*[^ -~]*' THEN \(exact) ELSE NOT \(native) END)" : positive
+        return "(CASE WHEN \(plain) THEN \(c.op == .notEqual ? "NOT " : "")\(native) ELSE \(exact) END)"
     }
 
     enum Part: Equatable { case any, one, literal(Character) }

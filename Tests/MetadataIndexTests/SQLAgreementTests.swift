@@ -55,7 +55,9 @@ struct RandomIndex {
             }
             for n in 0..<60 {
                 let folder = n < 12
-                let parent = n < 5 ? LocalItem.rootIno : (Int.random(in: 0..<8, using: &random) == 0 ? (versions ?? 1) : parents.randomElement(using: &random)!)
+                // The versions folder holds files only, as the mount makes it.
+                let inVersions = !folder && Int.random(in: 0..<8, using: &random) == 0
+                let parent = n < 5 ? LocalItem.rootIno : (inVersions ? (versions ?? 1) : parents.randomElement(using: &random)!)
                 var name = folder ? Self.folders.randomElement(using: &random)! : Self.names.randomElement(using: &random)!
                 while try w.reader.child(of: parent, named: name) != nil { name = "\(n)-" + name }
                 let content: ContentState = folder ? .current : [.placeholder, .current, .stale, .dirty].randomElement(using: &random)!
