@@ -74,13 +74,15 @@ struct ControlServer {
                 var shown = Dictionary((first.results ?? []).map { ($0.itemID, $0) }, uniquingKeysWith: { a, _ in a })
                 for item in first.results ?? [] { try await send(LiveQueryLine(event: "result", item: item)) }
                 try await send(LiveQueryLine(event: "finishGathering"))
-                // A pass per batch of commits (L5), and once a second for what changes without a
-                // commit (a download's or an upload's progress).
+                // A pass per batch of commits (L5), and once a second while a transfer runs, for
+                // what changes without a commit (a download's or an upload's progress). Not
+                // otherwise: a pass over a large result set is not free.
+                let engine = engine
                 let ticks = AsyncStream<Void> { continuation in
                     let task = Task {
                         while !Task.isCancelled {
                             try? await Task.sleep(for: .seconds(1))
-                            continuation.yield()
+                            if engine.transfersUnderWay { continuation.yield() }
                         }
                     }
                     continuation.onTermination = { _ in task.cancel() }

@@ -134,6 +134,10 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// Whether a download runs or a change waits to go up: while one does, progress moves
+    /// without a commit to tell of it.
+    public var transfersUnderWay: Bool { downloads.activeCount > 0 || ((try? unsentCount()) ?? 0) > 0 }
+
     /// How many changes are still to send (a count, for polling).
     public func unsentCount() throws -> Int { try store.read { try $0.outboxCount() } }
 
