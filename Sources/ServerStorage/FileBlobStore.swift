@@ -35,7 +35,7 @@ public final class FileBlobStore: BlobStore, Sendable {
         // Leftovers of uploads cut off by a crash: never acknowledged, safe to drop.
         if let dir = opendir(root + "/tmp") {
             while let entry = readdir(dir) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                let name = Self.name(of: entry)
                 if name != "." && name != ".." { unlink(root + "/tmp/" + name) }
             }
             closedir(dir)
@@ -82,6 +82,38 @@ public final class FileBlobStore: BlobStore, Sendable {
         var st = stat()
         fstat(fd, &st)
         return FileBlobReader(fd: fd, size: Int64(st.st_size))
+    }
+
+    public func digests(writtenBefore cutoff: Timestamp) throws -> [ContentDigest] {
+        var out: [ContentDigest] = []
+        guard let top = opendir(root) else { throw BlobStoreError.io(operation: "opendir", errno: errno) }
+        defer { closedir(top) }
+        while let shard = readdir(top) {
+            let shardName = Self.name(of: shard)
+            // The shards are the two-hex-digit folders; `tmp` and anything else are not blobs.
+            guard shardName.utf8.count == 2, let dir = opendir(root + "/" + shardName) else { continue }
+            defer { closedir(dir) }
+            while let entry = readdir(dir) {
+                let name = Self.name(of: entry)
+                guard name.hasPrefix(shardName), let digest = try? ContentDigest(hex: name) else { continue }
+                var st = stat()
+                guard fstatat(rootFD, relativePath(of: digest), &st, 0) == 0 else { continue }
+                let written = Timestamp(st.st_mtim.tv_sec) * 1_000_000_000 + Timestamp(st.st_mtim.tv_nsec)
+                if written < cutoff { out.append(digest) }
+            }
+        }
+        return out
+    }
+
+    public func remove(_ digest: ContentDigest) throws {
+        guard digest != .empty else { return }
+        if unlinkat(rootFD, relativePath(of: digest), 0) != 0 && errno != ENOENT {
+            throw BlobStoreError.io(operation: "unlink", errno: errno)
+        }
+    }
+
+    static func name(of entry: UnsafeMutablePointer<dirent>) -> String {
+        withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
     }
 
     static func fsyncDirectory(_ path: String) throws {

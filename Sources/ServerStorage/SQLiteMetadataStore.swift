@@ -161,6 +161,16 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 CREATE INDEX earlier_versions_by_age ON earlier_versions(replaced);
                 """)
         }
+        m.registerMigration("v5: blob grant times") { db in
+            // When each grant was last made or renewed: blobs nothing names are taken back only
+            // once no account has asked for them for the retention (`forgetUnreferencedBlobs`).
+            // Grants from before this migration count from now.
+            try db.execute(sql: """
+                ALTER TABLE account_blobs ADD COLUMN granted INTEGER NOT NULL DEFAULT 0;
+                CREATE INDEX account_blobs_by_digest ON account_blobs(digest);
+                """)
+            try db.execute(sql: "UPDATE account_blobs SET granted = ?", arguments: [WallClock.now()])
+        }
         return m
     }
 
@@ -287,10 +297,11 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     }
 
     public func createItems(_ items: [NewItem], contents: [ContentDigest: Data], in container: ContainerRef) async throws -> [Result<ItemMetadata, StorageError>] {
-        try await write { db in
+        let granted = now()
+        return try await write { db in
             for (digest, bytes) in contents {
                 try db.cachedStatement(sql: "INSERT OR IGNORE INTO inline_contents (digest, bytes) VALUES (?, ?)").execute(arguments: [digest.hex, bytes])
-                try Self.grant(digest, size: Int64(bytes.count), to: container.account, db)
+                try Self.grant(digest, size: Int64(bytes.count), to: container.account, at: granted, db)
             }
             return try items.map { new -> Result<ItemMetadata, StorageError> in
                 // A savepoint each: a refused create leaves no trace, the others still commit.
@@ -518,13 +529,51 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     // MARK: Blobs
 
     public func recordBlob(_ digest: ContentDigest, size: Int64, for account: AccountRef) async throws {
-        try await write { db in try Self.grant(digest, size: size, to: account, db) }
+        let granted = now()
+        try await write { db in try Self.grant(digest, size: size, to: account, at: granted, db) }
     }
 
-    /// Gives `account` the use of a stored blob, inside the caller's transaction.
-    static func grant(_ digest: ContentDigest, size: Int64, to account: AccountRef, _ db: Database) throws {
-        try db.cachedStatement(sql: "INSERT OR IGNORE INTO account_blobs (account_key, digest, size) VALUES (?, ?, ?)").execute(
-            arguments: [account.key, digest.hex, size])
+    /// Gives `account` the use of a stored blob (again), inside the caller's transaction.
+    static func grant(_ digest: ContentDigest, size: Int64, to account: AccountRef, at granted: Timestamp, _ db: Database) throws {
+        try db.cachedStatement(sql: """
+            INSERT INTO account_blobs (account_key, digest, size, granted) VALUES (?, ?, ?, ?)
+            ON CONFLICT (account_key, digest) DO UPDATE SET granted = excluded.granted
+            """).execute(arguments: [account.key, digest.hex, size, granted])
+    }
+
+    public func renewBlob(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64? {
+        if digest == .empty { return 0 }
+        let granted = now()
+        return try await write { db in
+            try db.cachedStatement(sql: "UPDATE account_blobs SET granted = ? WHERE account_key = ? AND digest = ?")
+                .execute(arguments: [granted, account.key, digest.hex])
+            return try Self.grantedSize(digest, for: account, db)
+        }
+    }
+
+    public func forgetUnreferencedBlobs(grantedBefore cutoff: Timestamp) async throws -> Int {
+        try await write { db in
+            // What names a blob: live items, their conflict versions, and earlier versions.
+            try db.execute(sql: """
+                CREATE TEMP TABLE IF NOT EXISTS forgotten_blobs (digest TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;
+                DELETE FROM forgotten_blobs;
+                INSERT INTO forgotten_blobs
+                    SELECT digest FROM account_blobs GROUP BY digest HAVING MAX(granted) < ?
+                    EXCEPT SELECT digest FROM items WHERE deleted = 0 AND digest IS NOT NULL
+                    EXCEPT SELECT json_extract(v.value, '$.digest') FROM items, json_each(items.conflicts) AS v
+                        WHERE items.deleted = 0 AND items.conflicts IS NOT NULL
+                    EXCEPT SELECT digest FROM earlier_versions;
+                DELETE FROM account_blobs WHERE digest IN (SELECT digest FROM forgotten_blobs);
+                DELETE FROM inline_contents WHERE digest IN (SELECT digest FROM forgotten_blobs);
+                """, arguments: [cutoff])
+            return try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM forgotten_blobs") ?? 0
+        }
+    }
+
+    public func isGranted(_ digest: ContentDigest) async throws -> Bool {
+        try readNow { db in
+            try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM account_blobs WHERE digest = ?)"), arguments: [digest.hex]) ?? false
+        }
     }
 
     /// The size of a blob `account` may use; nil when it may not (or no such blob).

@@ -169,6 +169,16 @@ public protocol MetadataStore: Sendable {
     func recordBlob(_ digest: ContentDigest, size: Int64, for account: AccountRef) async throws
     /// The blob's size if `account` may use it.
     func blobSize(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64?
+    /// `blobSize`, and the grant made new: a client asks before it names content it does not
+    /// send again, and the blob must outlive that (`forgetUnreferencedBlobs`).
+    func renewBlob(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64?
+    /// Takes back every account's grant of each blob that nothing names (no live item, no
+    /// conflict version, no earlier version) and that no account was granted since `cutoff`,
+    /// with the small contents kept inline; returns how many blobs. From then on no request
+    /// can name them without sending them again, and their files may go.
+    func forgetUnreferencedBlobs(grantedBefore cutoff: Timestamp) async throws -> Int
+    /// Whether any account may use the blob.
+    func isGranted(_ digest: ContentDigest) async throws -> Bool
 }
 
 /// The ordered change log of each container.
@@ -188,6 +198,10 @@ public protocol BlobStore: Sendable {
     func makeWriter() throws -> any BlobWriter
     func size(of digest: ContentDigest) throws -> Int64?
     func openReader(_ digest: ContentDigest) throws -> any BlobReader
+    /// The blobs last written before `cutoff`.
+    func digests(writtenBefore cutoff: Timestamp) throws -> [ContentDigest]
+    /// Deletes the blob; one that is not there is no error.
+    func remove(_ digest: ContentDigest) throws
 }
 
 public protocol BlobWriter: AnyObject {

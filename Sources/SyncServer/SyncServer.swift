@@ -37,8 +37,10 @@ public struct SyncServer: Sendable {
     public let configuration: SyncServerConfiguration
     public var storage: ServerStorage { service.storage }
     let tokens: RecentAnswers<String, AccountRef>
-    /// (account key, digest) to the content's size: a grant is never taken back, but its
-    /// account can be removed, which the token check notices within the same lifetime.
+    /// (account key, digest) to the content's size, for downloads: a grant is taken back only
+    /// after the retention without use (`SyncService.collectBlobs`), and a download of a
+    /// collected blob then finds no file; its account can be removed, which the token check
+    /// notices within the same lifetime.
     let grants: RecentAnswers<GrantKey, Int64>
 
     struct GrantKey: Hashable, Sendable {

@@ -10,6 +10,31 @@ extension SyncService {
         try await storage.metadata.blobSize(digest, for: account)
     }
 
+    /// `grantedSize` for a client that asks whether it must send the content: the grant is
+    /// renewed, so that the blob stays for the retention even if nothing names it yet.
+    public func renewedSize(_ digest: ContentDigest, for account: AccountRef) async throws -> Int64? {
+        try await storage.metadata.renewBlob(digest, for: account)
+    }
+
+    /// Deletes the blobs that nothing names and that no account was granted (uploaded or
+    /// asked about) since `cutoff`: first the grants, so that no request can name them any
+    /// more, then the files, each only if no upload granted it again meanwhile. Returns how
+    /// many files went.
+    public func collectBlobs(grantedBefore cutoff: Timestamp) async throws -> Int {
+        _ = try await storage.metadata.forgetUnreferencedBlobs(grantedBefore: cutoff)
+        var removed = 0
+        for digest in try storage.blobs.digests(writtenBefore: cutoff) {
+            let storage = self.storage
+            let gone = try await blobGate.holding(digest) { () async throws -> Bool in
+                guard try await !storage.metadata.isGranted(digest) else { return false }
+                try storage.blobs.remove(digest)
+                return true
+            }
+            if gone { removed += 1 }
+        }
+        return removed
+    }
+
     /// A reader of `digest`'s content. The caller has checked the right to it: the account's
     /// grant (`grantedSize`), or a live item of the account's container that names it.
     public func openContent(_ digest: ContentDigest) async throws -> any BlobReader {
@@ -40,8 +65,21 @@ extension SyncService {
         let writer = try blobWriter()
         defer { writer.abort() }
         do { try content.withUnsafeBytes { try writer.write($0) } } catch let error as BlobStoreError { throw APIError(error) }
-        let (digest, size) = try await Self.commit(writer, expecting: declared)
-        try await storage.metadata.recordBlob(digest, size: size, for: account)
+        try await commitAndGrant(writer, expecting: declared, to: account)
+    }
+
+    /// Makes the blob durable, then gives the account its use, with the blob's gate held
+    /// between the two (`BlobGate`).
+    @discardableResult
+    func commitAndGrant(_ writer: any BlobWriter, expecting declared: ContentDigest, to account: AccountRef) async throws -> (digest: ContentDigest, size: Int64) {
+        struct Owned: @unchecked Sendable { let writer: any BlobWriter }
+        let owned = Owned(writer: writer)
+        let storage = self.storage
+        return try await blobGate.holding(declared) {
+            let (digest, size) = try await Self.commit(owned.writer, expecting: declared)
+            try await storage.metadata.recordBlob(digest, size: size, for: account)
+            return (digest, size)
+        }
     }
 
     static let inlineTooLarge = APIError(
@@ -97,8 +135,7 @@ public final class ContentUpload {
     /// Checks the bytes against the declared digest, makes them durable, and only then gives
     /// the account the use of them: an acknowledged upload survives a crash.
     public func finish() async throws -> BlobInfo {
-        let (digest, size) = try await SyncService.commit(writer, expecting: declared)
-        try await service.storage.metadata.recordBlob(digest, size: size, for: account)
+        let (digest, size) = try await service.commitAndGrant(writer, expecting: declared, to: account)
         return BlobInfo(digest: digest, size: size)
     }
 }

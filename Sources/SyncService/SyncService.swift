@@ -14,6 +14,8 @@ public struct SyncService: Sendable {
     public let hub: ChangeHub
     /// The largest content upload accepted; larger ones are refused with `payload_too_large`.
     public let maxUploadBytes: Int64
+    /// Shared by every copy of this value: uploads and collection take turns per blob.
+    let blobGate = BlobGate()
 
     public init(storage: ServerStorage, hub: ChangeHub = ChangeHub(), maxUploadBytes: Int64 = 64 << 30) {
         self.storage = storage

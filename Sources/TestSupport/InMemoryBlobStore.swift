@@ -5,7 +5,12 @@ import Synchronization
 
 /// Blobs in a dictionary: a second `BlobStore` for the conformance suite and for unit tests.
 public final class InMemoryBlobStore: BlobStore, Sendable {
-    let blobs = Mutex<[ContentDigest: [UInt8]]>([:])
+    struct Stored {
+        var bytes: [UInt8]
+        var written: Timestamp
+    }
+
+    let blobs = Mutex<[ContentDigest: Stored]>([:])
 
     public init() {}
 
@@ -13,16 +18,24 @@ public final class InMemoryBlobStore: BlobStore, Sendable {
 
     public func size(of digest: ContentDigest) throws -> Int64? {
         if digest == .empty { return 0 }
-        return blobs.withLock { $0[digest].map { Int64($0.count) } }
+        return blobs.withLock { $0[digest].map { Int64($0.bytes.count) } }
     }
 
     public func openReader(_ digest: ContentDigest) throws -> any BlobReader {
-        let bytes = digest == .empty ? [] : blobs.withLock { $0[digest] }
+        let bytes = digest == .empty ? [] : blobs.withLock { $0[digest]?.bytes }
         guard let bytes else { throw BlobStoreError.notFound(digest) }
         return Reader(bytes: bytes)
     }
 
     public var count: Int { blobs.withLock { $0.count } }
+
+    public func digests(writtenBefore cutoff: Timestamp) throws -> [ContentDigest] {
+        blobs.withLock { $0.filter { $0.value.written < cutoff }.map(\.key) }
+    }
+
+    public func remove(_ digest: ContentDigest) throws {
+        _ = blobs.withLock { $0.removeValue(forKey: digest) }
+    }
 
     final class Writer: BlobWriter {
         let store: InMemoryBlobStore
@@ -35,7 +48,7 @@ public final class InMemoryBlobStore: BlobStore, Sendable {
         func commit(expecting expected: ContentDigest?) throws -> (digest: ContentDigest, size: Int64) {
             let digest = ContentDigest.of(bytes)
             if let expected, expected != digest { throw BlobStoreError.digestMismatch(declared: expected, actual: digest) }
-            store.blobs.withLock { $0[digest] = bytes }
+            store.blobs.withLock { $0[digest] = Stored(bytes: bytes, written: WallClock.now()) }
             return (digest, Int64(bytes.count))
         }
 

@@ -418,6 +418,47 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             try expect(try await f.m.forgetEarlierVersions(replacedBefore: .max) == 3, "all three go")
             try expect(try await f.m.earlierVersions(of: file.id, in: f.container).isEmpty, "none left")
         },
+        StorageConformance("unreferenced blobs: their grants go after the cutoff, named ones and renewed ones stay; the files are listed by age and removed") { f in
+            let named = try await f.file("named.txt", "named")
+            let edited = try await f.file("edited.txt", "before")
+            let after = try await f.blob("after")
+            _ = try await f.m.updateContent(edited.id, base: edited.revision, digest: after, declaredSize: 5, modified: 3, in: f.container)
+            let versioned = try await f.file("versioned.txt", "mine")
+            let theirs = try await f.blob("theirs")
+            _ = try await f.m.addConflictVersion(versioned.id, ConflictVersion(
+                id: .random(), digest: theirs, size: 6, device: "B", modified: 4, base: versioned.revision), in: f.container)
+            let deleted = try await f.file("deleted.txt", "deleted")
+            _ = try await f.m.deleteItem(deleted.id, base: deleted.revision, recursive: false, in: f.container)
+            let unnamed = try await f.blob("unnamed")
+            let renewed = try await f.blob("renewed")
+            let between = WallClock.now()
+            let renewedSize = try await f.m.renewBlob(renewed, for: f.alice)
+            try expect(renewedSize == 7, "renewing answers the size")
+            let beforeEpoch = try await f.m.forgetUnreferencedBlobs(grantedBefore: 0)
+            try expect(beforeEpoch == 0, "nothing was granted before the epoch")
+            let forgotten = try await f.m.forgetUnreferencedBlobs(grantedBefore: between)
+            try expect(forgotten == 2, "the deleted file's content and the unnamed blob: \(forgotten)")
+            for gone in [deleted.digest!, unnamed] {
+                let size = try await f.m.blobSize(gone, for: f.alice)
+                let granted = try await f.m.isGranted(gone)
+                try expect(size == nil && !granted, "\(gone) is no longer granted")
+            }
+            for kept in [named.digest!, edited.digest!, after, versioned.digest!, theirs, renewed] {
+                let granted = try await f.m.isGranted(kept)
+                try expect(granted, "\(kept): named by a live item, an earlier or a conflict version, or renewed")
+            }
+            try await expectStorageError("a create naming a forgotten blob", { if case .blobNotFound = $0 { true } else { false } }) {
+                try await f.m.createItem(f.newItem("again.txt", kind: .file, digest: unnamed), in: f.container)
+            }
+            // The files: listed by the time they were written, removed one by one.
+            try expect(try f.storage.blobs.digests(writtenBefore: 0).isEmpty, "none written before the epoch")
+            let written = Set(try f.storage.blobs.digests(writtenBefore: WallClock.now() + 1))
+            try expect(written.isSuperset(of: [unnamed, renewed, after]), "every blob written: \(written.count)")
+            try f.storage.blobs.remove(unnamed)
+            try f.storage.blobs.remove(unnamed)
+            try expect(try f.storage.blobs.size(of: unnamed) == nil, "removed, twice without an error")
+            try expect(try f.storage.blobs.size(of: renewed) == 7, "the others stay")
+        },
         StorageConformance("conflict versions kept both: each becomes a sibling file in the same commit") { f in
             let file = try await f.file("notes.txt", "current")
             let theirs = try await f.blob("their edit")

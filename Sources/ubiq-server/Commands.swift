@@ -150,7 +150,7 @@ struct Serve: AsyncParsableCommand {
             // this raises is always the graceful way out, even when the input has ended already.
             if watchStdin { StandardInputWatch.start() }
         }
-        let retention = VersionRetention(metadata: storage.metadata, keep: Self.duration(keepVersions) ?? .seconds(30 * 86400), logger: logger)
+        let retention = VersionRetention(service: server.service, keep: Self.duration(keepVersions) ?? .seconds(30 * 86400), logger: logger)
         var configuration = ServiceGroupConfiguration(services: [app, retention], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         // A graceful shutdown waits for the requests in flight, but not for a client that
         // stopped reading a download or sending an upload: it would hold the process (and

@@ -118,6 +118,24 @@ import Testing
         }
     }
 
+    @Test func contentsNothingNamesAreDeletedAfterTheRetentionAndNamedOnesStay() async throws {
+        try await withLive(extraArguments: ["--keep-versions", "1s"]) { live in
+            let (a, c) = (live.alice, live.c)
+            let kept = try await a.createFile(c, parent: .root, name: "kept.txt", content: Data(String(repeating: "k", count: 100_000).utf8))
+            let unnamed = try await a.uploadBlob(Data(String(repeating: "u", count: 100_000).utf8))
+            let file = { (d: ContentDigest) in live.server.dataDirectory + "/blobs/\(d.hex.prefix(2))/\(d.hex)" }
+            #expect(FileManager.default.fileExists(atPath: file(unnamed)))
+            try await eventually(timeout: .seconds(20), "the unnamed content's file to be deleted") { !FileManager.default.fileExists(atPath: file(unnamed)) }
+            #expect(try await a.send(.HEAD, APIPath.blob(unnamed)).status == 404, "and its grant taken back")
+            #expect(FileManager.default.fileExists(atPath: file(kept.digest!)), "a live file's content stays")
+            #expect(try await a.send(.GET, APIPath.content(c, kept.id)).body.count == 100_000)
+            // Sent again, it is stored again.
+            let again = try await a.uploadBlob(Data(String(repeating: "u", count: 100_000).utf8))
+            let head = try await a.send(.HEAD, APIPath.blob(unnamed))
+            #expect(again == unnamed && head.status == 200)
+        }
+    }
+
     @Test func badNamesAreRefusedWithAStableCodeAndChangeNothing() async throws {
         try await withLive { live in
             let (a, c) = (live.alice, live.c)
