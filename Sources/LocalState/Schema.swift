@@ -156,6 +156,15 @@ extension LocalStore {
                 END;
                 """)
         }
+        m.registerMigration("v14: indexes for queries") { db in
+            // `downloadingStatus == …` becomes a condition on content and kind (with the parent,
+            // the versions folder's test needs no row); the excluded items start from the few
+            // `.nosync` names, found without reading every name.
+            try db.execute(sql: """
+                CREATE INDEX items_by_content ON items(content, kind, parent);
+                CREATE INDEX items_nosync ON items(ino) WHERE name GLOB '*.nosync';
+                """)
+        }
         return m
     }
 }

@@ -77,33 +77,47 @@ struct ControlServer {
                 // A pass per batch of commits (L5), and once a second while a transfer runs, for
                 // what changes without a commit (a download's or an upload's progress). Not
                 // otherwise: a pass over a large result set is not free.
+                enum Wake { case commit, tick }
                 let engine = engine
-                let ticks = AsyncStream<Void> { continuation in
-                    let task = Task {
+                let wakes = AsyncStream<Wake>(bufferingPolicy: .bufferingNewest(1)) { continuation in
+                    let a = Task { for await _ in commits { continuation.yield(.commit) }; continuation.finish() }
+                    let b = Task {
                         while !Task.isCancelled {
                             try? await Task.sleep(for: .seconds(1))
-                            if engine.transfersUnderWay { continuation.yield() }
+                            continuation.yield(.tick)
                         }
                     }
-                    continuation.onTermination = { _ in task.cancel() }
-                }
-                let wakes = AsyncStream<Void>(bufferingPolicy: .bufferingNewest(1)) { continuation in
-                    let a = Task { for await _ in commits { continuation.yield() }; continuation.finish() }
-                    let b = Task { for await _ in ticks { continuation.yield() } }
                     continuation.onTermination = { _ in a.cancel(); b.cancel() }
                 }
-                for await _ in wakes {
-                    try await Task.sleep(for: interval)
-                    let now = try runQuery(query, clock: clock).results ?? []
-                    let next = Dictionary(now.map { ($0.itemID, $0) }, uniquingKeysWith: { a, _ in a })
-                    let added = now.filter { shown[$0.itemID] == nil }
-                    let changed = now.filter { item in shown[item.itemID].map { $0 != item } ?? false }
-                    let removed = shown.values.filter { next[$0.itemID] == nil }.sorted { $0.path < $1.path }
-                        .map { LiveQueryLine.RemovedItem(itemID: $0.itemID, path: $0.path) }
-                    shown = next
-                    // L2: nothing to say about a batch that does not touch the results.
-                    guard !added.isEmpty || !changed.isEmpty || !removed.isEmpty else { continue }
-                    try await send(LiveQueryLine(event: "update", added: added, changed: changed, removed: removed))
+                var lastWrite = ContinuousClock.now
+                // A daemon asked to stop (an unmount) ends the stream, as `/events` does: its
+                // control server waits for open responses, and this one would wait for a commit.
+                try await withGracefulShutdownHandler {
+                    for await wake in wakes {
+                        if case .tick = wake, !engine.transfersUnderWay {
+                            // A blank line now and then: a client that went away (Ctrl-C) is
+                            // noticed by the write that fails, not kept until the next change.
+                            if ContinuousClock.now - lastWrite >= Self.liveKeepAlive {
+                                try await writer.write(ByteBuffer(string: "\n"))
+                                lastWrite = .now
+                            }
+                            continue
+                        }
+                        try await Task.sleep(for: interval)
+                        let now = try runQuery(query, clock: clock).results ?? []
+                        let next = Dictionary(now.map { ($0.itemID, $0) }, uniquingKeysWith: { a, _ in a })
+                        let added = now.filter { shown[$0.itemID] == nil }
+                        let changed = now.filter { item in shown[item.itemID].map { $0 != item } ?? false }
+                        let removed = shown.values.filter { next[$0.itemID] == nil }.sorted { $0.path < $1.path }
+                            .map { LiveQueryLine.RemovedItem(itemID: $0.itemID, path: $0.path) }
+                        shown = next
+                        // L2: nothing to say about a batch that does not touch the results.
+                        guard !added.isEmpty || !changed.isEmpty || !removed.isEmpty else { continue }
+                        try await send(LiveQueryLine(event: "update", added: added, changed: changed, removed: removed))
+                        lastWrite = .now
+                    }
+                } onGracefulShutdown: {
+                    stop()
                 }
                 try await writer.finish(nil)
             })
@@ -138,6 +152,9 @@ struct ControlServer {
             router: router, configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "ubiq-mount"),
             logger: logger)
     }
+
+    /// How long a live query's stream stays silent before it writes a blank line.
+    static let liveKeepAlive: Duration = .seconds(10)
 
     /// A one-shot query over the mount's rows (docs/QUERY_LANGUAGE.md).
     /// What `/query` and `/query/live` are asked: `q`, `args` (a JSON array), `scope`, the

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SyncAPI
 import TestSupport
 import Testing
@@ -120,6 +121,33 @@ extension ConvergenceTests {
                 #expect(!all.isEmpty && Set(all).count == all.count, "\(u)")
             }
             #expect(process.isRunning, "a live query runs until interrupted")
+
+            // A second live query, interrupted: its stream in the daemon, with nothing to
+            // report, must not keep the daemon from stopping.
+            let interrupted = Process()
+            interrupted.executableURL = URL(fileURLWithPath: Binaries.path("ubiq"))
+            interrupted.arguments = ["query", "--live", "TRUEPREDICATE", "--mount", b.mountpoint]
+            interrupted.environment = b.environment
+            let pipe = Pipe()
+            interrupted.standardOutput = pipe
+            interrupted.standardError = FileHandle.nullDevice
+            try interrupted.run()
+            defer { interrupted.terminate() }
+            let gathered = Mutex(Data())
+            pipe.fileHandleForReading.readabilityHandler = { handle in
+                let chunk = handle.availableData
+                gathered.withLock { $0.append(chunk) }
+            }
+            try await eventually("the second query to gather") { gathered.withLock { String(decoding: $0, as: UTF8.self).contains("finishGathering") } }
+            interrupted.interrupt()
+            try await eventually("the interrupted query to exit") { !interrupted.isRunning }
+            pipe.fileHandleForReading.readabilityHandler = nil
+
+            // Unmounting ends the first one (the mount went away: exit 1) and is not held up.
+            let unmounted = try await b.ubiq(["unmount", b.mountpoint, "--timeout", "10"], timeout: .seconds(40))
+            #expect(unmounted.status == 0, "\(unmounted)")
+            try await eventually("the live query to end with the mount") { !process.isRunning }
+            #expect(process.terminationStatus == 1)
         }
     }
 }
