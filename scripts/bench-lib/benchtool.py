@@ -105,6 +105,27 @@ def cmd_read_rate(a):
     print(f"{total / elapsed / MB:.1f}")
 
 
+def cmd_pid_of(a):
+    """The one process whose arguments include every --has and whose executable is --exe; none,
+    or more than one, is an error."""
+    want = os.path.realpath(a.exe)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+            exe = os.path.realpath(f"/proc/{entry}/exe")
+        except OSError:
+            continue  # gone, or not ours to read
+        if exe == want and all(h in argv for h in a.has):
+            found.append(entry)
+    if len(found) != 1:
+        sys.exit(f"{len(found)} processes of {want} with the arguments {a.has}, expected 1")
+    print(found[0])
+
+
 # ---------------------------------------------------------------------------------------------
 # Waits: every one polls with a deadline and exits 1 when it passes.
 
@@ -470,6 +491,7 @@ def main():
     add("stat-rate", cmd_stat_rate, ("root", {}), ("files", {"type": int}))
     add("ttfb", cmd_ttfb, ("path", {}))
     add("read-rate", cmd_read_rate, ("path", {}), ("size", {"type": int}))
+    add("pid-of", cmd_pid_of, ("--exe", {"required": True}), ("--has", {"action": "append", "required": True}))
     add("wait-port", cmd_wait_port, ("port", {"type": int}), ("deadline", {"type": float}))
     add("wait-files", cmd_wait_files, ("dir", {}), ("count", {"type": int}), ("size", {"type": int}),
         ("deadline", {"type": float}))
