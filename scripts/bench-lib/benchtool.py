@@ -496,6 +496,7 @@ def cmd_ubiq_live_latency(a):
         print(f"live {a.mode}: {', '.join(f'{t:.2f}' for t in samples)} ms", file=sys.stderr)
         print(f"{statistics.median(samples):.3f}")
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # `timeout` passes a Ctrl-C on: a second one
         proc.terminate()
         try:
             proc.wait(timeout=15)
@@ -720,7 +721,13 @@ def main():
     add("table", cmd_table, ("results", {}), ("--files", {"type": int}), ("--big-mib", {"type": int}),
         ("--small", {"type": int}), ("--query-items", {"type": int}), ("--json", {}))
     a = p.parse_args()
-    a.fn(a)
+    try:
+        a.fn(a)
+    except KeyboardInterrupt:
+        # Die of SIGINT, as a program stopped by Ctrl-C must: bash takes an ordinary exit as the
+        # program's own answer to the signal, and the bench would go on.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def free_port():
