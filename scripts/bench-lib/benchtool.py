@@ -12,9 +12,12 @@ import http.client
 import json
 import math
 import os
+import queue
 import secrets
+import signal
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -46,6 +49,36 @@ def cmd_make_tree(a):
         os.makedirs(os.path.join(a.dir, d), exist_ok=True)
         with open(os.path.join(a.dir, d, f), "wb") as out:
             out.write(tree_content(d, f))
+
+
+# The query tree: `items` files under query/, FILES_PER_DIR per folder. One name in ten ends in
+# .txt, and one in four of those in .TXT (what `[c]` and `find -iname` must fold); the others
+# end in .md, .bin or .jpg. Every system gets the same names.
+
+QUERY_EXTS = (".txt", ".md", ".md", ".md", ".bin", ".bin", ".bin", ".jpg", ".jpg", ".jpg")
+QUERY_CONTENT = b"a query item\n"  # one blob for every item: the rows are about names
+
+
+def query_layout(items):
+    """Yields (dirname, filename) for the query tree of `items` files."""
+    ndirs = math.ceil(items / FILES_PER_DIR)
+    dwidth = max(4, len(str(ndirs - 1)))
+    nwidth = max(6, len(str(items - 1)))
+    for i in range(items):
+        ext = ".TXT" if i % 40 == 0 else QUERY_EXTS[i % 10]
+        yield f"q{i // FILES_PER_DIR:0{dwidth}d}", f"item-{i:0{nwidth}d}{ext}"
+
+
+def cmd_query_expect(a):
+    """The number of names of the query tree that `*.txt` matches, case folded."""
+    print(sum(1 for _, f in query_layout(a.items) if f.lower().endswith(".txt")))
+
+
+def cmd_make_query_tree(a):
+    for d, f in query_layout(a.items):
+        os.makedirs(os.path.join(a.dir, d), exist_ok=True)
+        with open(os.path.join(a.dir, d, f), "wb") as out:
+            out.write(QUERY_CONTENT)
 
 
 def cmd_make_random(a):
@@ -103,6 +136,66 @@ def cmd_read_rate(a):
     if total != a.size:
         sys.exit(f"read {total} bytes from {a.path}, expected {a.size}")
     print(f"{total / elapsed / MB:.1f}")
+
+
+def cmd_time_command(a):
+    """The median wall time in ms of a whole command, process start included, as a user runs it:
+    one run untimed first (the caches warm), then `samples` timed. Every run's answer is
+    checked: the number it prints (--output number) or how many lines it prints (--output
+    lines) must be `expect`, or at least `at_least`."""
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    times = []
+    for n in range(a.samples + 1):
+        start = time.perf_counter()
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=a.timeout)
+        elapsed = time.perf_counter() - start
+        if done.returncode != 0:
+            sys.exit(f"{command[0]} exited {done.returncode}: {done.stderr.decode(errors='replace').strip()[-300:]}")
+        out = done.stdout.decode(errors="replace")
+        if a.output == "lines":
+            got = out.count("\n")
+        else:
+            try:
+                got = int(out.strip())
+            except ValueError:
+                sys.exit(f"{command[0]} printed {out.strip()[:100]!r}, not a number")
+        if (a.expect is not None and got != a.expect) or (a.at_least is not None and got < a.at_least):
+            want = a.expect if a.expect is not None else f"at least {a.at_least}"
+            sys.exit(f"{' '.join(command)}: {got} matches, expected {want}")
+        if n:
+            times.append(elapsed * 1000)
+    print(f"{os.path.basename(command[0])}: {', '.join(f'{t:.2f}' for t in times)} ms", file=sys.stderr)
+    print(f"{statistics.median(times):.3f}")
+
+
+def cmd_pid_of(a):
+    """The one process whose arguments include every --has and whose executable is --exe; none,
+    or more than one, is an error."""
+    want = os.path.realpath(a.exe)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+            exe = os.path.realpath(f"/proc/{entry}/exe")
+        except OSError:
+            continue  # gone, or not ours to read
+        if exe == want and all(h in argv for h in a.has):
+            found.append(entry)
+    if len(found) != 1:
+        sys.exit(f"{len(found)} processes of {want} with the arguments {a.has}, expected 1")
+    print(found[0])
+
+
+def cmd_rss(a):
+    """MB of resident memory (VmRSS) of process `pid`."""
+    with open(f"/proc/{a.pid}/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    print(f"process {a.pid}: VmRSS {kb} kB", file=sys.stderr)
+    print(f"{kb * 1024 / MB:.1f}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,6 +386,125 @@ def cmd_ubiq_create(a):
     print(f"{time.time():.6f}")
 
 
+def cmd_ubiq_populate_query(a):
+    """Puts the query tree on the server: the one blob once, then a create per folder and per
+    item, from a few threads with keep-alive connections."""
+    m = load_manifest(a.manifest)
+    api = Api(m["server"], m["token"])
+    start = time.perf_counter()
+    digest = api.put_blob(QUERY_CONTENT)
+    top = api.create("root", "query", "folder")
+    layout = list(query_layout(a.items))
+    dirs = list(dict.fromkeys(d for d, _ in layout))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.threads) as pool:
+        folders = dict(zip(dirs, pool.map(lambda d: api.create(top, d, "folder"), dirs)))
+        for _ in pool.map(lambda e: api.create(folders[e[0]], e[1], "file", digest, len(QUERY_CONTENT)), layout):
+            pass
+    elapsed = time.perf_counter() - start
+    print(f"{len(layout)} items in {len(dirs)} folders created in {elapsed:.1f} s "
+          f"({len(layout) / elapsed:.0f}/s)", file=sys.stderr)
+
+
+def proc_start(pid):
+    """Field 22 of /proc/PID/stat (the start time), as scripts/bench's proc_start reads it."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[19]
+
+
+def cmd_ubiq_live_latency(a):
+    """Runs `ubiq query --live --json PREDICATE` and, `samples` times, creates a file the
+    predicate matches: in the mount (--mode local, timed from just before the create) or through
+    the server's API (--mode remote, timed from the server's answer to the create, as the remote
+    change row). Each interval ends when the update line whose `added` holds the new name is
+    read from the query's output. Prints the median in ms.
+
+    The query's process is listed in --pids (scripts/bench's cleanup stops it if this tool
+    cannot), and its output is copied into --log."""
+    if a.mode == "remote":
+        m = load_manifest(a.manifest)
+        api = Api(m["server"], m["token"])
+        blob = api.put_blob(b"created elsewhere\n")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout`: stop the query too
+    with open(a.log + ".stderr", "ab") as err:
+        proc = subprocess.Popen([a.ubiq, "query", "--live", "--json", f"name LIKE '{a.prefix}*'", "--mount", a.mount],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+    try:
+        with open(a.pids, "a") as f:
+            f.write(f"{proc.pid} {proc_start(proc.pid)}\n")
+        lines = queue.Queue()
+
+        def reader():  # each line with the moment it was read
+            with open(a.log, "ab") as log:
+                for raw in proc.stdout:
+                    at = time.perf_counter()
+                    log.write(raw)
+                    log.flush()
+                    lines.put((at, raw))
+            lines.put((time.perf_counter(), None))
+        threading.Thread(target=reader, daemon=True).start()
+
+        def next_line(end, what):
+            """The next (moment, parsed line); None once `end` passes with nothing new, and only
+            when `what` is None (else it is an error)."""
+            left = end - time.perf_counter()
+            try:
+                at, raw = lines.get(timeout=max(0.0, left))
+            except queue.Empty:
+                if what is None:
+                    return None
+                sys.exit(f"timed out after {a.deadline:g} s waiting for {what}")
+            if raw is None:
+                sys.exit(f"`ubiq query --live` exited {proc.wait()} (see {a.log}.stderr)")
+            try:
+                return at, json.loads(raw)
+            except ValueError:
+                return at, {}
+
+        def names(line, key):
+            return {i.get("name") for i in line.get(key, [])}
+
+        end = time.perf_counter() + a.deadline
+        while next_line(end, "the live query's finishGathering")[1].get("event") != "finishGathering":
+            pass
+        samples = []
+        for n in range(1, a.samples + 1):
+            name = f"{a.prefix}{a.mode}-{n}"
+            if a.mode == "local":
+                t0 = time.perf_counter()
+                os.close(os.open(os.path.join(a.mount, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            else:
+                api.create("root", name, "file", blob, len(b"created elsewhere\n"))
+                t0 = time.perf_counter()  # the server's answer: the commit is done
+            end = time.perf_counter() + a.deadline
+            uploaded = False
+            while True:
+                at, line = next_line(end, f"an update adding {name}")
+                if line.get("event") == "update" and name in names(line, "added"):
+                    # A line can be read before the create's answer is: never below 0.
+                    samples.append(max(0.0, at - t0) * 1000)
+                    uploaded = any(i.get("name") == name and i.get("isUploaded") for i in line["added"])
+                    break
+            # The next sample starts on a quiet mount: a local file's upload done (its change
+            # reported), then no line for three batch intervals.
+            end = time.perf_counter() + a.deadline
+            while not uploaded:
+                at, line = next_line(end, f"{name}'s upload to be reported")
+                uploaded = any(i.get("name") == name and i.get("isUploaded") for i in line.get("changed", []))
+            while next_line(time.perf_counter() + 0.3, None) is not None:
+                if time.perf_counter() > end:
+                    sys.exit(f"the live query did not go quiet within {a.deadline:g} s after {name}")
+        print(f"live {a.mode}: {', '.join(f'{t:.2f}' for t in samples)} ms", file=sys.stderr)
+        print(f"{statistics.median(samples):.3f}")
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # `timeout` passes a Ctrl-C on: a second one
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def cmd_ubiq_conflict(a):
     """One conflict on the file PATH of the mount (NAME at the container root), timed from the
     server's refusal of another device's stale edit until the mount flags the file: the mount's
@@ -404,6 +616,12 @@ def rows(p):
         ("cp_upload", f"cp -r {p.small:,} x 4 KiB files until on the server", "files/s"),
         ("change", "remote change visible in mount (median of 5)", "ms"),
         ("conflict", "stale edit refused until the mount flags the file (median of 20)", "ms"),
+        ("query_like", f"query name LIKE[c] '*.txt' over {p.query_items:,} items (median of 5)", "ms"),
+        ("query_like_plocate", "  the same with plocate (native only; index built beforehand, not timed)", "ms"),
+        ("query_status", "query downloadingStatus == 'notDownloaded' (median of 5)", "ms"),
+        ("live_local", "live query: a local create reported (median of 10)", "ms"),
+        ("live_remote", "live query: a remote create reported, from the server's commit (median of 10)", "ms"),
+        ("daemon_rss", f"mount daemon's resident memory with {p.query_items + p.files:,} items", "MB"),
     ]
 
 
@@ -465,11 +683,18 @@ def main():
 
     add("free-port", lambda a: print(free_port()))
     add("make-tree", cmd_make_tree, ("dir", {}), ("files", {"type": int}))
+    add("query-expect", cmd_query_expect, ("items", {"type": int}))
+    add("make-query-tree", cmd_make_query_tree, ("dir", {}), ("items", {"type": int}))
     add("make-random", cmd_make_random, ("path", {}), ("size", {"type": int}))
     add("make-small", cmd_make_small, ("dir", {}), ("count", {"type": int}), ("size", {"type": int}))
     add("stat-rate", cmd_stat_rate, ("root", {}), ("files", {"type": int}))
     add("ttfb", cmd_ttfb, ("path", {}))
     add("read-rate", cmd_read_rate, ("path", {}), ("size", {"type": int}))
+    add("time-command", cmd_time_command, ("--samples", {"type": int, "default": 5}),
+        ("--timeout", {"type": float, "required": True}), ("--output", {"choices": ("number", "lines"), "required": True}),
+        ("--expect", {"type": int}), ("--at-least", {"type": int}), ("command", {"nargs": argparse.REMAINDER}))
+    add("pid-of", cmd_pid_of, ("--exe", {"required": True}), ("--has", {"action": "append", "required": True}))
+    add("rss", cmd_rss, ("pid", {"type": int}))
     add("wait-port", cmd_wait_port, ("port", {"type": int}), ("deadline", {"type": float}))
     add("wait-files", cmd_wait_files, ("dir", {}), ("count", {"type": int}), ("size", {"type": int}),
         ("deadline", {"type": float}))
@@ -479,6 +704,12 @@ def main():
         ("--files", {"type": int, "required": True}), ("--big", {"action": "append", "default": []}),
         ("--threads", {"type": int, "default": 8}), ("--manifest", {"required": True}))
     add("ubiq-create", cmd_ubiq_create, ("manifest", {}), ("name", {}))
+    add("ubiq-populate-query", cmd_ubiq_populate_query, ("manifest", {}), ("items", {"type": int}),
+        ("--threads", {"type": int, "default": 8}))
+    add("ubiq-live-latency", cmd_ubiq_live_latency, ("--ubiq", {"required": True}), ("--mount", {"required": True}),
+        ("--mode", {"choices": ("local", "remote"), "required": True}), ("--manifest", {}),
+        ("--samples", {"type": int, "default": 10}), ("--prefix", {"default": "live-"}),
+        ("--deadline", {"type": float, "required": True}), ("--pids", {"required": True}), ("--log", {"required": True}))
     add("ubiq-content-url", cmd_ubiq_content_url, ("manifest", {}), ("name", {}))
     add("ubiq-conflict", cmd_ubiq_conflict, ("manifest", {}), ("name", {}), ("path", {}), ("deadline", {"type": float}))
     add("ubiq-token", cmd_ubiq_token, ("manifest", {}))
@@ -488,9 +719,15 @@ def main():
     add("ratio", cmd_ratio, ("count", {"type": float}), ("start", {"type": float}), ("end", {"type": float}))
     add("ms-between", cmd_ms_between, ("start", {"type": float}), ("end", {"type": float}))
     add("table", cmd_table, ("results", {}), ("--files", {"type": int}), ("--big-mib", {"type": int}),
-        ("--small", {"type": int}), ("--json", {}))
+        ("--small", {"type": int}), ("--query-items", {"type": int}), ("--json", {}))
     a = p.parse_args()
-    a.fn(a)
+    try:
+        a.fn(a)
+    except KeyboardInterrupt:
+        # Die of SIGINT, as a program stopped by Ctrl-C must: bash takes an ordinary exit as the
+        # program's own answer to the signal, and the bench would go on.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def free_port():
