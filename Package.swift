@@ -2,10 +2,10 @@
 import PackageDescription
 
 // Targets are listed top to bottom as in docs/ARCHITECTURE.md: imports point down the list.
-// Heavy dependencies have few importers: GRDB -> ServerStorage, LocalState and MetadataIndex (SQL
-// functions for compiled queries), Hummingbird ->
-// SyncServer and MountDaemon (the control socket), AsyncHTTPClient -> SyncClient and
-// TestSupport, ArgumentParser -> the executables.
+// Heavy dependencies have few importers: GRDB -> ServerStorage, LocalState and MetadataIndex
+// (the SQL functions of compiled queries), Hummingbird -> SyncServer and MountDaemon (the
+// control socket), AsyncHTTPClient -> SyncClient and TestSupport, ArgumentParser -> the
+// executables.
 let package = Package(
     name: "ubiq",
     platforms: [.macOS(.v14)],
