@@ -161,6 +161,15 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 CREATE INDEX earlier_versions_by_age ON earlier_versions(replaced);
                 """)
         }
+        m.registerMigration("v5: account identities") { db in
+            // Each account's identity (`AccountIdentity`), made at random when it is added;
+            // the accounts added before this version get theirs here, each its own.
+            try db.execute(sql: "ALTER TABLE accounts ADD COLUMN identity TEXT")
+            for key in try Int64.fetchAll(db, sql: "SELECT key FROM accounts") {
+                try db.execute(sql: "UPDATE accounts SET identity = ? WHERE key = ?", arguments: [AccountIdentity.random(), key])
+            }
+            try db.execute(sql: "CREATE UNIQUE INDEX accounts_by_identity ON accounts(identity)")
+        }
         return m
     }
 
@@ -173,8 +182,8 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             if try Int64.fetchOne(try db.cachedStatement(sql: "SELECT key FROM accounts WHERE name = ?"), arguments: [name]) != nil {
                 throw StorageError.accountExists(name)
             }
-            try db.cachedStatement(sql: "INSERT INTO accounts (name, password_hash, created) VALUES (?, ?, ?)").execute(
-                arguments: [name, passwordHash, created])
+            try db.cachedStatement(sql: "INSERT INTO accounts (name, password_hash, created, identity) VALUES (?, ?, ?, ?)").execute(
+                arguments: [name, passwordHash, created, AccountIdentity.random()])
             return AccountRef(key: db.lastInsertedRowID, name: name)
         }
     }
@@ -214,6 +223,15 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 try db.cachedStatement(sql: "SELECT a.key, a.name FROM tokens t JOIN accounts a ON a.key = t.account_key WHERE t.hash = ?"),
                 arguments: [tokenHash]
             ).map { AccountRef(key: $0["key"], name: $0["name"]) }
+        }
+    }
+
+    public func identity(of account: AccountRef) async throws -> String {
+        try readNow { db in
+            guard let identity = try String.fetchOne(
+                try db.cachedStatement(sql: "SELECT identity FROM accounts WHERE key = ?"), arguments: [account.key])
+            else { throw StorageError.accountNotFound(account.name) }
+            return identity
         }
     }
 

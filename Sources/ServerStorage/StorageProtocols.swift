@@ -72,6 +72,9 @@ public protocol AccountStore: Sendable {
     func passwordHash(account name: String) async throws -> (AccountRef, String)?
     func addToken(hash: String, for account: AccountRef, created: Timestamp) async throws
     func account(tokenHash: String) async throws -> AccountRef?
+    /// The account's identity (`AccountIdentity`): made when the account was added, the same
+    /// for as long as it exists. `accountNotFound` once it is removed.
+    func identity(of account: AccountRef) async throws -> String
 }
 
 public struct NewItem: Sendable {

@@ -110,7 +110,10 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
         self.body = body
     }
 
-    public static let all: [StorageConformance] = [
+    /// Every check: items and account identities.
+    public static let all: [StorageConformance] = items + identities
+
+    static let items: [StorageConformance] = [
         StorageConformance("accounts and tokens") { f in
             let s = f.storage.accounts
             try await expectStorageError("duplicate account", { if case .accountExists = $0 { true } else { false } }) {
