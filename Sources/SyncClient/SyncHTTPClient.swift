@@ -171,6 +171,11 @@ public final class SyncHTTPClient: Sendable {
         return .protocolError("server answered \(status)")
     }
 
+    /// The account this client's token belongs to, and its identity (`WhoAmI`).
+    public func whoami() async throws -> WhoAmI {
+        try await call(.GET, APIPath.whoami)
+    }
+
     // MARK: The RemoteStore operations
 
     public func ensureContainer() async throws -> ContainerInfo {
