@@ -10,7 +10,7 @@ import ItemModel
 ///
 /// Concurrency: GRDB serializes writes; every mutation reads its base revision and writes the
 /// new state inside one write transaction, so of two concurrent uploads exactly one wins.
-public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, Sendable {
+public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, KeyValueStore, Sendable {
     let writer: any DatabaseWriter
     let now: @Sendable () -> Timestamp
 
@@ -169,6 +169,25 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 try db.execute(sql: "UPDATE accounts SET identity = ? WHERE key = ?", arguments: [AccountIdentity.random(), key])
             }
             try db.execute(sql: "CREATE UNIQUE INDEX accounts_by_identity ON accounts(identity)")
+        }
+        m.registerMigration("v6: key-value stores") { db in
+            // Each container's key-value store (`SQLiteMetadataStore+KeyValues`): its version
+            // beside the container, and one row per key ever set, its latest state; a removed
+            // key keeps its row as a tombstone (`removed`, the value emptied) so that a read
+            // from an earlier version reports the removal. Keys are BLOBs of their UTF-8:
+            // compared and ordered byte for byte, NUL included.
+            try db.execute(sql: """
+                ALTER TABLE containers ADD COLUMN kv_version INTEGER NOT NULL DEFAULT 0;
+                CREATE TABLE key_values (
+                    container_key INTEGER NOT NULL REFERENCES containers(key) ON DELETE CASCADE,
+                    key BLOB NOT NULL,
+                    version INTEGER NOT NULL,
+                    value BLOB NOT NULL,
+                    removed INTEGER NOT NULL DEFAULT 0 CHECK (removed IN (0, 1)),
+                    PRIMARY KEY (container_key, key)
+                ) WITHOUT ROWID;
+                CREATE INDEX key_values_by_version ON key_values(container_key, version);
+                """)
         }
         return m
     }

@@ -20,7 +20,7 @@ public struct StorageBackend: Sendable, CustomStringConvertible {
         },
         StorageBackend("sqlite-memory+memory-blobs") {
             let metadata = try SQLiteMetadataStore.inMemory()
-            return (ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, blobs: InMemoryBlobStore()), {})
+            return (ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, keyValues: metadata, blobs: InMemoryBlobStore()), {})
         },
     ]
 }
@@ -110,8 +110,8 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
         self.body = body
     }
 
-    /// Every check: items and account identities.
-    public static let all: [StorageConformance] = items + identities
+    /// Every check: items, account identities and key-value stores.
+    public static let all: [StorageConformance] = items + identities + keyValues
 
     static let items: [StorageConformance] = [
         StorageConformance("accounts and tokens") { f in

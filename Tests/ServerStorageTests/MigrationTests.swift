@@ -35,4 +35,19 @@ import Testing
         for account in try await reopened.accounts() { again.append(try await reopened.identity(of: account)) }
         #expect(again == identities, "made once, kept")
     }
+
+    @Test func containersMadeBeforeKeyValueStoresHaveAnEmptyOne() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = try earlierDatabase(upTo: "v5: account identities", in: dir) { db in
+            try db.execute(sql: "INSERT INTO accounts (name, password_hash, created, identity) VALUES ('alice', 'x', 0, 'i')")
+            try db.execute(sql: "INSERT INTO containers (account_key, name, created) VALUES (1, 'default', 0)")
+        }
+        let store = try SQLiteMetadataStore(path: path)
+        let alice = try #require(try await store.accounts().first)
+        let container = try #require(try await store.container(.default, of: alice, create: false))
+        #expect(try await store.keyValueVersion(in: container) == 0)
+        #expect(try await store.setValue(Data("1".utf8), for: "k", in: container) == 1)
+        #expect(try await store.keyValues(in: container, since: 0).entries == [KeyValueEntry(key: "k", version: 1, value: Data("1".utf8))])
+    }
 }
