@@ -140,7 +140,11 @@ let package = Package(
         ),
         .testTarget(name: "ItemModelTests", dependencies: ["ItemModel", "SyncAPI"]),
         .testTarget(name: "PageCacheTests", dependencies: ["PageCache"]),
-        .testTarget(name: "ServerStorageTests", dependencies: ["ServerStorage", "TestSupport", "ItemModel"]),
+        .testTarget(
+            name: "ServerStorageTests",
+            // GRDB: to make a database as an earlier version left it, and migrate it.
+            dependencies: ["ServerStorage", "TestSupport", "ItemModel", .product(name: "GRDB", package: "GRDB.swift")]
+        ),
         .testTarget(
             name: "SyncClientTests",
             dependencies: ["SyncClient", "TestSupport", "SyncAPI", "ItemModel", .product(name: "NIOCore", package: "swift-nio")]

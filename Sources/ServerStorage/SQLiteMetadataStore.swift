@@ -10,7 +10,7 @@ import ItemModel
 ///
 /// Concurrency: GRDB serializes writes; every mutation reads its base revision and writes the
 /// new state inside one write transaction, so of two concurrent uploads exactly one wins.
-public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, Sendable {
+public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, KeyValueStore, Sendable {
     let writer: any DatabaseWriter
     let now: @Sendable () -> Timestamp
 
@@ -171,6 +171,34 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 """)
             try db.execute(sql: "UPDATE account_blobs SET granted = ?", arguments: [WallClock.now()])
         }
+        m.registerMigration("v6: account identities") { db in
+            // Each account's identity (`AccountIdentity`), made at random when it is added;
+            // the accounts added before this version get theirs here, each its own.
+            try db.execute(sql: "ALTER TABLE accounts ADD COLUMN identity TEXT")
+            for key in try Int64.fetchAll(db, sql: "SELECT key FROM accounts") {
+                try db.execute(sql: "UPDATE accounts SET identity = ? WHERE key = ?", arguments: [AccountIdentity.random(), key])
+            }
+            try db.execute(sql: "CREATE UNIQUE INDEX accounts_by_identity ON accounts(identity)")
+        }
+        m.registerMigration("v7: key-value stores") { db in
+            // Each container's key-value store (`SQLiteMetadataStore+KeyValues`): its version
+            // beside the container, and one row per key ever set, its latest state; a removed
+            // key keeps its row as a tombstone (`removed`, the value emptied) so that a read
+            // from an earlier version reports the removal. Keys are BLOBs of their UTF-8:
+            // compared and ordered byte for byte, NUL included.
+            try db.execute(sql: """
+                ALTER TABLE containers ADD COLUMN kv_version INTEGER NOT NULL DEFAULT 0;
+                CREATE TABLE key_values (
+                    container_key INTEGER NOT NULL REFERENCES containers(key) ON DELETE CASCADE,
+                    key BLOB NOT NULL,
+                    version INTEGER NOT NULL,
+                    value BLOB NOT NULL,
+                    removed INTEGER NOT NULL DEFAULT 0 CHECK (removed IN (0, 1)),
+                    PRIMARY KEY (container_key, key)
+                ) WITHOUT ROWID;
+                CREATE INDEX key_values_by_version ON key_values(container_key, version);
+                """)
+        }
         return m
     }
 
@@ -183,8 +211,8 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             if try Int64.fetchOne(try db.cachedStatement(sql: "SELECT key FROM accounts WHERE name = ?"), arguments: [name]) != nil {
                 throw StorageError.accountExists(name)
             }
-            try db.cachedStatement(sql: "INSERT INTO accounts (name, password_hash, created) VALUES (?, ?, ?)").execute(
-                arguments: [name, passwordHash, created])
+            try db.cachedStatement(sql: "INSERT INTO accounts (name, password_hash, created, identity) VALUES (?, ?, ?, ?)").execute(
+                arguments: [name, passwordHash, created, AccountIdentity.random()])
             return AccountRef(key: db.lastInsertedRowID, name: name)
         }
     }
@@ -224,6 +252,15 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 try db.cachedStatement(sql: "SELECT a.key, a.name FROM tokens t JOIN accounts a ON a.key = t.account_key WHERE t.hash = ?"),
                 arguments: [tokenHash]
             ).map { AccountRef(key: $0["key"], name: $0["name"]) }
+        }
+    }
+
+    public func identity(of account: AccountRef) async throws -> String {
+        try readNow { db in
+            guard let identity = try String.fetchOne(
+                try db.cachedStatement(sql: "SELECT identity FROM accounts WHERE key = ?"), arguments: [account.key])
+            else { throw StorageError.accountNotFound(account.name) }
+            return identity
         }
     }
 

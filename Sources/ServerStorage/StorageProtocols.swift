@@ -1,7 +1,7 @@
 import Foundation
 import ItemModel
 
-// The server's storage, behind three seams so that other backends (PostgreSQL for metadata and
+// The server's storage, behind these seams so that other backends (PostgreSQL for metadata and
 // the change log, an S3-compatible store for blobs) can join without SyncServer changing.
 // `Tests/ServerStorageTests` runs one conformance suite (TestSupport's `StorageConformance`)
 // over every implementation.
@@ -59,6 +59,8 @@ public enum StorageError: Error, Sendable, Equatable {
     /// A conflict version's device name is empty or longer than `ConflictVersion.maxDeviceBytes`.
     case invalidDevice(String)
     case invalidCursor(String)
+    /// A key-value write past one of the store's limits; nothing was stored.
+    case keyValueLimit(KeyValueRefusal)
     /// The database's disk is full: nothing was changed.
     case diskFull
 }
@@ -72,6 +74,9 @@ public protocol AccountStore: Sendable {
     func passwordHash(account name: String) async throws -> (AccountRef, String)?
     func addToken(hash: String, for account: AccountRef, created: Timestamp) async throws
     func account(tokenHash: String) async throws -> AccountRef?
+    /// The account's identity (`AccountIdentity`): made when the account was added, the same
+    /// for as long as it exists. `accountNotFound` once it is removed.
+    func identity(of account: AccountRef) async throws -> String
 }
 
 public struct NewItem: Sendable {
@@ -192,6 +197,31 @@ public protocol ChangeLog: Sendable {
     func latestCursor(in container: ContainerRef) async throws -> ChangeCursor
 }
 
+/// The key-value store of each container (NSUbiquitousKeyValueStore): key to value, the last
+/// write to reach the server winning.
+///
+/// Each store has a version, 0 until its first change, that every write and every removal of a
+/// key that is there moves up by one, in the transaction that changes the key, and each key
+/// keeps the version of its last change. A removal leaves a tombstone at its version, so that a
+/// read from an earlier version reports it. Values are opaque bytes here (the service checks
+/// that they are JSON) and come back exactly as written. Removing the account removes its
+/// containers' stores.
+public protocol KeyValueStore: Sendable {
+    /// Sets `key` to `value`; returns the store's version after it. A write past a limit
+    /// (`KeyValueLimits`) throws `keyValueLimit` and stores nothing.
+    func setValue(_ value: Data, for key: String, in container: ContainerRef) async throws -> Int64
+    /// Removes `key`, leaving a tombstone; returns the store's version after it. A key that is
+    /// not there changes nothing, and the version stays.
+    func removeValue(for key: String, in container: ContainerRef) async throws -> Int64
+    /// Every key changed after version `since`, once, in its latest state, ordered by version,
+    /// with the store's version read in the same snapshot. From 0, the live keys only: a reader
+    /// that starts from nothing has nothing to remove. A version ahead of the store's is
+    /// `invalidCursor` (the store is not the one the reader knew).
+    func keyValues(in container: ContainerRef, since: Int64) async throws -> (version: Int64, entries: [KeyValueEntry])
+    /// The store's version.
+    func keyValueVersion(in container: ContainerRef) async throws -> Int64
+}
+
 /// Content, addressed by SHA-256.
 public protocol BlobStore: Sendable {
     /// Starts a new blob. Nothing is visible until `commit` verifies the digest.
@@ -227,12 +257,14 @@ public struct ServerStorage: Sendable {
     public var accounts: any AccountStore
     public var metadata: any MetadataStore
     public var changes: any ChangeLog
+    public var keyValues: any KeyValueStore
     public var blobs: any BlobStore
 
-    public init(accounts: any AccountStore, metadata: any MetadataStore, changes: any ChangeLog, blobs: any BlobStore) {
+    public init(accounts: any AccountStore, metadata: any MetadataStore, changes: any ChangeLog, keyValues: any KeyValueStore, blobs: any BlobStore) {
         self.accounts = accounts
         self.metadata = metadata
         self.changes = changes
+        self.keyValues = keyValues
         self.blobs = blobs
     }
 }

@@ -29,6 +29,10 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
     case folderNotEmpty = "folder_not_empty"
     case itemIDTaken = "item_id_taken"
     case payloadTooLarge = "payload_too_large"
+    case kvTooManyKeys = "kv_too_many_keys"
+    case kvKeyTooLong = "kv_key_too_long"
+    case kvValueTooLarge = "kv_value_too_large"
+    case kvStoreTooLarge = "kv_store_too_large"
     case rangeNotSatisfiable = "range_not_satisfiable"
     case digestMismatch = "digest_mismatch"
     case sizeMismatch = "size_mismatch"
@@ -41,12 +45,12 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
         case .unauthorized, .invalidCredentials: 401
         case .invalidRequest, .invalidName, .invalidContainerID, .invalidItemID, .invalidDigest,
              .invalidCursor, .invalidXattr, .invalidDevice, .invalidMove, .notAFolder, .notAFile, .rootIsImmutable,
-             .sizeMismatch:
+             .sizeMismatch, .kvKeyTooLong:
             400
         case .routeNotFound, .containerNotFound, .itemNotFound, .versionNotFound, .blobNotFound: 404
         case .methodNotAllowed: 405
         case .revisionConflict, .nameExists, .folderNotEmpty, .itemIDTaken: 409
-        case .payloadTooLarge: 413
+        case .payloadTooLarge, .kvTooManyKeys, .kvValueTooLarge, .kvStoreTooLarge: 413
         case .rangeNotSatisfiable: 416
         case .digestMismatch: 422
         case .internalError: 500

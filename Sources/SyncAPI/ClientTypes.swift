@@ -5,6 +5,9 @@ public enum ChangeStreamEvent: Sendable, Equatable {
     case change(ItemChange)
     /// The catch-up is done: every change up to `cursor` has been delivered.
     case ready(ChangeCursor)
+    /// The container's key-value store is at this version: once after `ready`, then after
+    /// each change to it. A client that holds an older one reads the changes since.
+    case keyValues(version: Int64)
 }
 
 /// What can go wrong talking to the server, as the engine needs to tell it apart.

@@ -5,6 +5,7 @@ public enum APIPath {
     public static let health = "/health"
     public static let token = "/v1/auth/token"
     public static let containers = "/v1/containers"
+    public static let whoami = "/v1/whoami"
 
     public static func container(_ c: ContainerID) -> String { "/v1/containers/\(c.rawValue)" }
     public static func items(_ c: ContainerID) -> String { container(c) + "/items" }

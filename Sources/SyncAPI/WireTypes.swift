@@ -44,6 +44,19 @@ public struct TokenResponse: Codable, Sendable {
     }
 }
 
+/// `GET /v1/whoami`: the account the token belongs to, and its identity: 64 lowercase hex
+/// digits (32 random bytes) made when the account was added. The same through every URL and
+/// token of the server, different for every account, and new for an account removed and added
+/// again under the same name.
+public struct WhoAmI: Codable, Sendable, Equatable {
+    public var account: String
+    public var identity: String
+    public init(account: String, identity: String) {
+        self.account = account
+        self.identity = identity
+    }
+}
+
 public struct ContainerInfo: Codable, Sendable, Hashable {
     public var id: ContainerID
     public var created: Timestamp

@@ -171,6 +171,11 @@ public final class SyncHTTPClient: Sendable {
         return .protocolError("server answered \(status)")
     }
 
+    /// The account this client's token belongs to, and its identity (`WhoAmI`).
+    public func whoami() async throws -> WhoAmI {
+        try await call(.GET, APIPath.whoami)
+    }
+
     // MARK: The RemoteStore operations
 
     public func ensureContainer() async throws -> ContainerInfo {
@@ -311,14 +316,7 @@ public final class SyncHTTPClient: Sendable {
                     var parser = ServerSentEventParser()
                     for try await buffer in response.body {
                         for event in parser.feed(buffer.readableBytesView) {
-                            switch event.name {
-                            case "change":
-                                continuation.yield(.change(try JSONDecoder().decode(ItemChange.self, from: Data(event.data.utf8))))
-                            case "ready":
-                                continuation.yield(.ready(try JSONDecoder().decode(StreamReady.self, from: Data(event.data.utf8)).cursor))
-                            default:
-                                continue
-                            }
+                            if let known = try Self.streamEvent(event) { continuation.yield(known) }
                         }
                     }
                     continuation.finish()
@@ -331,6 +329,21 @@ public final class SyncHTTPClient: Sendable {
                 }
             }
             continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+}
+
+extension SyncHTTPClient {
+    /// What a push-stream event means; nil for an event this client does not know, which it
+    /// skips: a newer server may send more kinds of events, and an older client must keep
+    /// following the ones it knows.
+    static func streamEvent(_ event: ServerSentEventParser.Event) throws -> ChangeStreamEvent? {
+        let data = Data(event.data.utf8)
+        switch event.name {
+        case "change": return .change(try JSONDecoder().decode(ItemChange.self, from: data))
+        case "ready": return .ready(try JSONDecoder().decode(StreamReady.self, from: data).cursor)
+        case "kv": return .keyValues(version: try JSONDecoder().decode(StreamKeyValues.self, from: data).version)
+        default: return nil
         }
     }
 }

@@ -330,6 +330,9 @@ struct ChangeFeedService: Service {
                         case .ready:
                             engine.setConnected(true, error: nil)
                             connected = true
+                        case .keyValues:
+                            // The key-value store is not mirrored by the mount (not yet).
+                            continue
                         }
                     }
                     return connected

@@ -10,8 +10,11 @@ import SyncService
 /// The push stream: Server-Sent Events carrying a container's change log as it grows.
 ///
 /// The stream first sends every change after `since` (the catch-up), then one `ready` event,
-/// then each new change as soon as it commits. Between changes an idle stream sends a comment
-/// line every `keepAlive`, so a vanished client is noticed at the next write.
+/// then one `kv` event with the version of the container's key-value store, then each new
+/// change as soon as it commits, and a `kv` event whenever the key-value version moved (read
+/// after the item changes at each wake-up: a burst of writes may come as one). Between changes
+/// an idle stream sends a comment line every `keepAlive`, so a vanished client is noticed at
+/// the next write.
 struct PushStream: Sendable {
     let feed: ChangeFollower
     let keepAlive: Duration
@@ -41,9 +44,13 @@ struct PushStream: Sendable {
                     }
                     var cursor = try await sendChanges(after: feed.since, to: &writer)
                     try await writer.write(Self.event("ready", id: nil, data: try JSONEncoder().encode(StreamReady(cursor: cursor))))
+                    // Read after subscribing: a write that commits from here on wakes the stream.
+                    var keyValues = try await sendKeyValueVersion(after: nil, to: &writer)
                     for await event in events {
                         switch event {
-                        case .changed: cursor = try await sendChanges(after: cursor, to: &writer)
+                        case .changed:
+                            cursor = try await sendChanges(after: cursor, to: &writer)
+                            keyValues = try await sendKeyValueVersion(after: keyValues, to: &writer)
                         case .keepAlive: try await writer.write(ByteBuffer(string: ": keep-alive\n\n"))
                         }
                     }
@@ -66,6 +73,15 @@ struct PushStream: Sendable {
             }
             try await writer.write(buffer)
         }
+    }
+
+    /// A `kv` event with the store's version, unless it is still `sent`; returns the version.
+    func sendKeyValueVersion(after sent: Int64?, to writer: inout any ResponseBodyWriter) async throws -> Int64 {
+        let version = try await feed.keyValueVersion()
+        if version != sent {
+            try await writer.write(Self.event("kv", id: nil, data: try JSONEncoder().encode(StreamKeyValues(version: version))))
+        }
+        return version
     }
 
     static func event(_ name: String, id: String?, data: Data) -> ByteBuffer {

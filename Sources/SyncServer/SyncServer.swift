@@ -65,6 +65,7 @@ public struct SyncServer: Sendable {
         addContainerRoutes(to: router)
         addItemRoutes(to: router)
         addChangeRoutes(to: router)
+        addKeyValueRoutes(to: router)
         addBlobRoutes(to: router)
         return router
     }

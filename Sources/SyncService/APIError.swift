@@ -52,7 +52,18 @@ extension APIError {
             self.init(.versionNotFound, "the file has no earlier version of revision \(revision) (never, or no longer kept)")
         case .invalidDevice(let name): self.init(.invalidDevice, "a device name must be 1 to \(ConflictVersion.maxDeviceBytes) bytes, not '\(name.prefix(80))'")
         case .invalidCursor(let c): self.init(.invalidCursor, "'\(c)' is not a cursor of this server")
+        case .keyValueLimit(let refusal): self.init(refusal)
         case .diskFull: self.init(.insufficientStorage, "the server's disk is full; nothing was changed")
+        }
+    }
+
+    /// A key-value write past a limit: one code per limit, and a message that names it.
+    public init(_ refusal: KeyValueRefusal) {
+        switch refusal {
+        case .tooManyKeys: self.init(.kvTooManyKeys, refusal.description + "; nothing was stored")
+        case .keyLength: self.init(.kvKeyTooLong, refusal.description + "; nothing was stored")
+        case .valueSize: self.init(.kvValueTooLarge, refusal.description + "; nothing was stored")
+        case .storeSize: self.init(.kvStoreTooLarge, refusal.description + "; nothing was stored")
         }
     }
 

@@ -121,7 +121,8 @@ public struct ContainerService: Sendable {
     }
 }
 
-/// What a push stream sends: the changes after a cursor, then each new change once it commits.
+/// What a push stream sends: the changes after a cursor, then each new change once it commits,
+/// and the version of the container's key-value store whenever it moved.
 public struct ChangeFollower: Sendable {
     public let container: ContainerService
     public let since: ChangeCursor
@@ -132,6 +133,11 @@ public struct ChangeFollower: Sendable {
     /// Subscribe before the first read: a commit between the read and the wait still wakes it.
     public func subscribe() -> ChangeHub.Subscription {
         container.service.hub.subscribe(container: container.ref.key)
+    }
+
+    /// The container's key-value version, for the stream's `kv` events.
+    public func keyValueVersion() async throws -> Int64 {
+        try await container.keyValueVersion()
     }
 
     /// Every change after `start`, page by page, handed to `send`; returns the cursor reached.

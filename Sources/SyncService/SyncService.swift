@@ -37,6 +37,11 @@ public struct SyncService: Sendable {
         return TokenResponse(token: token, account: account.name)
     }
 
+    /// The caller's account and its identity.
+    public func whoami(_ account: AccountRef) async throws -> WhoAmI {
+        WhoAmI(account: account.name, identity: try await storage.accounts.identity(of: account))
+    }
+
     // MARK: Containers
 
     public func containers(of account: AccountRef) async throws -> [ContainerInfo] {

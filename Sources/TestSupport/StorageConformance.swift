@@ -20,7 +20,7 @@ public struct StorageBackend: Sendable, CustomStringConvertible {
         },
         StorageBackend("sqlite-memory+memory-blobs") {
             let metadata = try SQLiteMetadataStore.inMemory()
-            return (ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, blobs: InMemoryBlobStore()), {})
+            return (ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, keyValues: metadata, blobs: InMemoryBlobStore()), {})
         },
     ]
 }
@@ -110,7 +110,10 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
         self.body = body
     }
 
-    public static let all: [StorageConformance] = [
+    /// Every check: items, account identities and key-value stores.
+    public static let all: [StorageConformance] = items + identities + keyValues
+
+    static let items: [StorageConformance] = [
         StorageConformance("accounts and tokens") { f in
             let s = f.storage.accounts
             try await expectStorageError("duplicate account", { if case .accountExists = $0 { true } else { false } }) {

@@ -205,8 +205,12 @@ struct Account: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List accounts.")
         @OptionGroup var data: DataOption
+        @Flag(name: .long, help: "Show each account's identity after its name (what GET /v1/whoami answers).") var identities = false
         func run() async throws {
-            for account in try await data.openStorage().accounts.accounts() { print(account.name) }
+            let accounts = try data.openStorage().accounts
+            for account in try await accounts.accounts() {
+                print(identities ? "\(account.name) \(try await accounts.identity(of: account))" : account.name)
+            }
         }
     }
 

@@ -34,11 +34,12 @@ import Testing
             let stream = EventStreamReader.open(a, path: APIPath.changeStream(c) + "?since=\(cursor)")
             defer { stream.cancel() }
             var events = stream.events.makeAsyncIterator()
-            // Catch-up first, then `ready`.
+            // Catch-up first, then `ready`, then the key-value version.
             let first = try await events.next()
             #expect(first?.name == "change")
             #expect(try JSONDecoder().decode(ItemChange.self, from: Data(first!.data)).item.id == existing.id)
             #expect(try await events.next()?.name == "ready")
+            #expect(try await events.next()?.name == "kv")
 
             var latencies: [Duration] = []
             let clock = ContinuousClock()
@@ -70,6 +71,7 @@ import Testing
             var bobEvents = bobStream.events.makeAsyncIterator()
             #expect(try await bobEvents.next()?.name == "change")  // bob's root
             #expect(try await bobEvents.next()?.name == "ready")
+            #expect(try await bobEvents.next()?.name == "kv")
             _ = try await live.alice.createFolder(c, name: "alice's")
             let bobs = try await live.bob.createFolder(c, name: "bob's")
             // The next event bob sees is his own folder: alice's change never reached him.
