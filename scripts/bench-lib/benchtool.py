@@ -169,6 +169,36 @@ def cmd_time_command(a):
     print(f"{statistics.median(times):.3f}")
 
 
+def cmd_daemon_query(a):
+    """The median ms of a mount daemon's own answer to a counted query (`count=1`), asked over
+    its control socket: the query without the CLI's process start. One untimed first, then
+    `samples` timed; each answer's count must be `expect`, or at least `at_least`."""
+    # Spaces as %20: the daemon takes a `+` in a query string literally.
+    query = urllib.parse.urlencode({"q": a.predicate, "args": "[]", "scope": "all", "count": "1"}, quote_via=urllib.parse.quote)
+    times = []
+    for n in range(a.samples + 1):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(a.timeout)
+            s.connect(a.socket)
+            start = time.perf_counter()
+            s.sendall(f"GET /query?{query} HTTP/1.1\r\nHost: ubiq\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            elapsed = time.perf_counter() - start
+        head, _, body = data.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            sys.exit(f"the daemon answered {head[:100]!r}")
+        answer = json.loads(body)
+        got = answer.get("count")
+        if got is None or (a.expect is not None and got != a.expect) or (a.at_least is not None and got < a.at_least):
+            sys.exit(f"{a.predicate}: the daemon answered {str(answer)[:300]}")
+        if n:
+            times.append(elapsed * 1000)
+    print(f"daemon: {', '.join(f'{t:.2f}' for t in times)} ms", file=sys.stderr)
+    print(f"{statistics.median(times):.3f}")
+
+
 def cmd_pid_of(a):
     """The one process whose arguments include every --has and whose executable is --exe; none,
     or more than one, is an error."""
@@ -635,7 +665,9 @@ def rows(p):
         ("conflict", "stale edit refused until the mount flags the file (median of 20)", "ms"),
         ("query_like", f"query name LIKE[c] '*.txt' over {p.query_items:,} items (median of 5)", "ms"),
         ("query_like_plocate", "  the same with plocate (native only; index built beforehand, not timed)", "ms"),
+        ("query_like_daemon", "  the same, the daemon's answer on its socket (ubiq only; no process start)", "ms"),
         ("query_status", "query downloadingStatus == 'notDownloaded' (median of 5)", "ms"),
+        ("query_status_daemon", "  the same, the daemon's answer on its socket (ubiq only)", "ms"),
         ("live_local", "live query: a local create reported (median of 10)", "ms"),
         ("live_remote", "live query: a remote create reported, from the server's commit (median of 10)", "ms"),
         ("daemon_rss", f"mount daemon's resident memory with {p.query_items + p.files:,} items", "MB"),
@@ -710,6 +742,9 @@ def main():
     add("time-command", cmd_time_command, ("--samples", {"type": int, "default": 5}),
         ("--timeout", {"type": float, "required": True}), ("--output", {"choices": ("number", "lines"), "required": True}),
         ("--expect", {"type": int}), ("--at-least", {"type": int}), ("command", {"nargs": argparse.REMAINDER}))
+    add("daemon-query", cmd_daemon_query, ("--socket", {"required": True}), ("--predicate", {"required": True}),
+        ("--samples", {"type": int, "default": 5}), ("--timeout", {"type": float, "required": True}),
+        ("--expect", {"type": int}), ("--at-least", {"type": int}))
     add("pid-of", cmd_pid_of, ("--exe", {"required": True}), ("--has", {"action": "append", "required": True}))
     add("rss", cmd_rss, ("pid", {"type": int}))
     add("wait-port", cmd_wait_port, ("port", {"type": int}), ("deadline", {"type": float}))
