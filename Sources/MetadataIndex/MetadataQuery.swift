@@ -29,9 +29,7 @@ public enum MetadataQuery {
         _ predicate: QueryPredicate, in reader: LocalReader, transfers: any TransfersInFlight, scope: QueryScope = .all,
         sort: [(Key, descending: Bool)] = [], clock: QueryClock
     ) throws -> [QueryRecord] {
-        let snapshot = try IndexSnapshot(reader, transfers: transfers)
-        let query = SQLCompiler.compile(predicate, clock: clock)
-        reader.register(snapshot.functions)
+        let (snapshot, query) = try prepare(predicate, in: reader, transfers: transfers, clock: clock)
         let rows = try reader.items(selectedBy: query.statement(scope: scope), arguments: StatementArguments(query.arguments))
         return sorted(records(rows, snapshot: snapshot, scope: scope), by: sort)
     }
@@ -40,10 +38,18 @@ public enum MetadataQuery {
     public static func count(
         _ predicate: QueryPredicate, in reader: LocalReader, transfers: any TransfersInFlight, scope: QueryScope = .all, clock: QueryClock
     ) throws -> Int {
-        let snapshot = try IndexSnapshot(reader, transfers: transfers)
-        let query = SQLCompiler.compile(predicate, clock: clock)
-        reader.register(snapshot.functions)
+        let query = try prepare(predicate, in: reader, transfers: transfers, clock: clock).query
         return try reader.count(selectedBy: query.statement(scope: scope, counting: true), arguments: StatementArguments(query.arguments))
+    }
+
+    /// The snapshot read in `reader`'s transaction, its functions registered on the
+    /// connection, and the predicate compiled.
+    static func prepare(
+        _ predicate: QueryPredicate, in reader: LocalReader, transfers: any TransfersInFlight, clock: QueryClock
+    ) throws -> (snapshot: IndexSnapshot, query: SQLQuery) {
+        let snapshot = try IndexSnapshot(reader, transfers: transfers)
+        reader.register(snapshot.functions)
+        return (snapshot, SQLCompiler.compile(predicate, clock: clock))
     }
 
     /// The same query evaluated in memory, row by row (`QueryPredicate.matches`): what the

@@ -261,37 +261,20 @@ public struct SQLCompiler {
         return "(CASE WHEN \(plain) THEN \(c.op == .notEqual ? "NOT " : "")\(native) ELSE \(exact) END)"
     }
 
-    enum Part: Equatable { case any, one, literal(Character) }
+    typealias Part = QueryText.GlobPart
 
     /// The whole-string pattern an operator asks for; nil for those SQL does not do (MATCHES);
     /// empty for those that match nothing.
     static func nativeParts(_ op: Operator, _ flipped: Bool, _ pattern: String) -> [Part]? {
         let literal = pattern.map(Part.literal)
         switch op {
-        case .equal, .notEqual, .like: return globParts(pattern)
+        case .equal, .notEqual, .like: return QueryText.globParts(pattern)
         case .beginsWith: return pattern.isEmpty ? [] : literal + [.any]
         case .endsWith: return pattern.isEmpty ? [] : [.any] + literal
         case .contains: return pattern.isEmpty ? [] : [.any] + literal + [.any]
         case .in where flipped: return pattern.isEmpty ? [] : [.any] + literal + [.any]
         default: return nil
         }
-    }
-
-    /// S3, as `QueryText.glob` reads a pattern: `*`, `?`, and `\` before a literal character.
-    static func globParts(_ pattern: String) -> [Part] {
-        var parts: [Part] = []
-        var escaping = false
-        for c in pattern {
-            if escaping { parts.append(.literal(c)); escaping = false; continue }
-            switch c {
-            case "\\": escaping = true
-            case "*": parts.append(.any)
-            case "?": parts.append(.one)
-            default: parts.append(.literal(c))
-            }
-        }
-        if escaping { parts.append(.literal("\\")) }
-        return parts
     }
 
     static func globPattern(_ parts: [Part]) -> String {

@@ -12,7 +12,7 @@ import VFS
 /// The control socket: `ubiq status`, `ubiq unmount` and `ubiq monitor` talk to the daemon here.
 struct ControlServer {
     let engine: SyncEngine
-    /// What queries read status attributes from.
+    /// Where queries learn of the transfers under way (`MountTransfers`).
     let fs: FileSystem
     let configuration: MountConfiguration
     let events: EventFanOut
@@ -156,7 +156,6 @@ struct ControlServer {
     /// How long a live query's stream stays silent before it writes a blank line.
     static let liveKeepAlive: Duration = .seconds(10)
 
-    /// A one-shot query over the mount's rows (docs/QUERY_LANGUAGE.md).
     /// What `/query` and `/query/live` are asked: `q`, `args` (a JSON array), `scope`, the
     /// names of keys in `sort`, `group` and `values` (empty when not asked), and `count=1`.
     struct QueryRequest {
@@ -179,6 +178,7 @@ struct ControlServer {
         }
     }
 
+    /// A one-shot query over the mount's rows (docs/QUERY_LANGUAGE.md).
     func runQuery(_ query: QueryRequest, clock: QueryClock = QueryClock()) throws -> QueryAnswer {
         let (sort, group, values) = (query.sort, query.group, query.values)
         let predicate: QueryPredicate

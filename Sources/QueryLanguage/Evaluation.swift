@@ -197,11 +197,14 @@ public enum QueryText {
         }
     }
 
-    /// S3: the whole string against `pattern`, where `*` is any run of characters, `?` one
-    /// character (S8), and `\` makes the next character literal.
-    public static func glob(_ string: String, _ pattern: String) -> Bool {
-        enum Part: Equatable { case any, one, literal(Character) }
-        var parts: [Part] = []
+    /// One element of a whole-string pattern: any run of characters, one character, or a
+    /// literal one. The index's SQL writes the same parts as `GLOB` and `LIKE` patterns.
+    public enum GlobPart: Equatable, Sendable { case any, one, literal(Character) }
+
+    /// S3, as a pattern reads: `*`, `?`, and `\` making the next character literal (a `\` at
+    /// the end stands for itself).
+    public static func globParts(_ pattern: String) -> [GlobPart] {
+        var parts: [GlobPart] = []
         var escaping = false
         for c in pattern {
             if escaping { parts.append(.literal(c)); escaping = false; continue }
@@ -213,6 +216,13 @@ public enum QueryText {
             }
         }
         if escaping { parts.append(.literal("\\")) }
+        return parts
+    }
+
+    /// S3: the whole string against `pattern`, where `*` is any run of characters, `?` one
+    /// character (S8), and `\` makes the next character literal.
+    public static func glob(_ string: String, _ pattern: String) -> Bool {
+        let parts = globParts(pattern)
         let s = Array(string)
         // matched[j]: the first i characters match the first j parts.
         var matched = [Bool](repeating: false, count: parts.count + 1)

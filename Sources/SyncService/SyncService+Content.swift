@@ -72,11 +72,10 @@ extension SyncService {
     /// between the two (`BlobGate`).
     @discardableResult
     func commitAndGrant(_ writer: any BlobWriter, expecting declared: ContentDigest, to account: AccountRef) async throws -> (digest: ContentDigest, size: Int64) {
-        struct Owned: @unchecked Sendable { let writer: any BlobWriter }
-        let owned = Owned(writer: writer)
+        let owned = OwnedWriter(writer: writer)
         let storage = self.storage
         return try await blobGate.holding(declared) {
-            let (digest, size) = try await Self.commit(owned.writer, expecting: declared)
+            let (digest, size) = try await Self.commit(owned, expecting: declared)
             try await storage.metadata.recordBlob(digest, size: size, for: account)
             return (digest, size)
         }
@@ -93,10 +92,7 @@ extension SyncService {
     /// millisecond each here), and the caller's tasks may run on a server's event loops:
     /// waiting there would stall every other request of that loop; on other threads the syncs
     /// overlap.
-    static func commit(_ writer: any BlobWriter, expecting declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
-        // The writer belongs to one request alone; it moves to the thread and back.
-        struct Owned: @unchecked Sendable { let writer: any BlobWriter }
-        let owned = Owned(writer: writer)
+    static func commit(_ owned: OwnedWriter, expecting declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
         do {
             return try await withCheckedThrowingContinuation { continuation in
                 DispatchQueue.global().async {
@@ -107,6 +103,12 @@ extension SyncService {
             throw APIError(error)
         }
     }
+}
+
+/// A writer on its way to another thread: it belongs to one request alone, which waits for
+/// it to come back.
+struct OwnedWriter: @unchecked Sendable {
+    let writer: any BlobWriter
 }
 
 /// One content upload in progress, fed by its transport as bytes arrive. Owned by one request.
