@@ -18,6 +18,20 @@ public enum KeyValueLimits {
         let bytes = key.utf8.count
         guard (1...maxKeyBytes).contains(bytes) else { throw .keyLength(bytes) }
     }
+
+    /// Checks a write of `valueBytes` to `key` against a store that holds `liveKeys` keys of
+    /// `liveBytes` bytes, of which the key's present value takes `replacedBytes` (nil: the key
+    /// is new). The same rules, in the same order, wherever a store is kept: the server's and
+    /// a mount's own view of it refuse the same write for the same reason.
+    public static func checkWrite(
+        key: String, valueBytes: Int, replacedBytes: Int?, liveKeys: Int, liveBytes: Int
+    ) throws(KeyValueRefusal) {
+        try checkKey(key)
+        guard valueBytes <= maxValueBytes else { throw .valueSize(valueBytes) }
+        if replacedBytes == nil, liveKeys >= maxKeys { throw .tooManyKeys }
+        let after = liveBytes - (replacedBytes ?? 0) + key.utf8.count + valueBytes
+        guard after <= maxStoreBytes else { throw .storeSize(after) }
+    }
 }
 
 /// A write the key-value store refuses because it would pass a limit; nothing was stored.

@@ -165,6 +165,17 @@ extension LocalStore {
                 CREATE INDEX items_nosync ON items(ino) WHERE name GLOB '*.nosync';
                 """)
         }
+        m.registerMigration("v15: the key-value store's mirror") { db in
+            // The server's store as last read (`value` NULL: removed there at `version`, kept so
+            // that an older answer arriving late cannot bring the key back), and this device's
+            // writes not yet on the server (`value` NULL: a removal). A key has one write at most:
+            // a newer write replaces the older one, and takes a new `seq`, so that the answer to
+            // the older one, arriving meanwhile, does not settle it.
+            try db.execute(sql: """
+                CREATE TABLE key_values (key TEXT PRIMARY KEY, version INTEGER NOT NULL, value BLOB);
+                CREATE TABLE key_value_writes (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, value BLOB);
+                """)
+        }
         return m
     }
 }

@@ -148,6 +148,7 @@ struct ControlServer {
                 try await writer.finish(nil)
             })
         }
+        addKeyValueRoutes(to: router)
         return Application(
             router: router, configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "ubiq-mount"),
             logger: logger)

@@ -31,7 +31,7 @@ final class KernelInvalidator: MountObserver, Service {
         sink.yield(invalidations)
     }
 
-    func event(_ event: MountEvent) { events.publish(event) }
+    func event(_ event: MountEvent, keep: Bool) { events.publish(event, keep: keep) }
 
     func run() async throws {
         await cancelWhenGracefulShutdown {
@@ -61,30 +61,4 @@ final class KernelInvalidator: MountObserver, Service {
 }
 
 /// Mount events for any number of listeners (each `ubiq monitor`).
-final class EventFanOut: Sendable {
-    let listeners = Mutex<[Int: AsyncStream<MountEvent>.Continuation]>([:])
-    let counter = Mutex(0)
-
-    func subscribe() -> (AsyncStream<MountEvent>, @Sendable () -> Void) {
-        let (stream, continuation) = AsyncStream<MountEvent>.makeStream(bufferingPolicy: .bufferingNewest(1000))
-        let id = counter.withLock { c in c += 1; return c }
-        listeners.withLock { $0[id] = continuation }
-        return (stream, { [weak self] in
-            self?.listeners.withLock { _ = $0.removeValue(forKey: id) }
-            continuation.finish()
-        })
-    }
-
-    /// Never waits: a listener that reads too slowly loses the oldest of its unread events.
-    func publish(_ event: MountEvent) {
-        for c in listeners.withLock({ Array($0.values) }) { c.yield(event) }
-    }
-
-    /// Ends every listener's stream: the mount is gone, and so a `ubiq monitor` learns it (and
-    /// the control server has no open response left to wait for as it stops).
-    func finishAll() {
-        for c in listeners.withLock({ l in defer { l.removeAll() }; return Array(l.values) }) { c.finish() }
-    }
-}
-
-import Synchronization
+typealias EventFanOut = FanOut<MountEvent>

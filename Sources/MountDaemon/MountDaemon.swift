@@ -55,10 +55,6 @@ public struct MountConfiguration: Sendable {
 
     public var controlSocket: String { "\(cacheDirectory)/control.sock" }
 
-    /// The same for one account on every device and different for another account.
-    public var identityToken: String {
-        ContentDigest.of(Array("ubiq identity v1|\(serverURL)|\(account)".utf8)).hex
-    }
 }
 
 extension SyncHTTPClient: RemoteStore {}
@@ -90,6 +86,8 @@ public enum MountDaemon {
         defer { close(cacheLock) }
         // Under the lock: no daemon uses the former cache while it moves.
         try adoptFormerCache(configuration)
+        let identity = await AccountFolders.identity(configuration)
+        try AccountFolders.arrange(configuration, identity: identity)
         try fm.createDirectory(atPath: configuration.accountDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         switch try MountRecovery.clearDeadMount(at: configuration.mountpoint) {
         case .notMounted: break
@@ -128,7 +126,9 @@ public enum MountDaemon {
             store: store, remote: client, cache: cache, openFiles: openFiles,
             configuration: EngineConfiguration(deviceName: configuration.deviceName, cacheLimit: configuration.cacheLimit),
             observer: invalidator, logger: logger)
-        let fs = FileSystem(content: engine, openFiles: openFiles, store: store, cache: cache, identityToken: configuration.identityToken, logger: logger, listings: listings)
+        if let identity, try store.read({ try $0.accountIdentity() }) == nil { try store.write { try $0.setAccountIdentity(identity) } }
+        if AccountFolders.noteShown(configuration, identity: try store.read { try $0.accountIdentity() }) { engine.noteAccountChange() }
+        let fs = FileSystem(content: engine, openFiles: openFiles, store: store, cache: cache, logger: logger, listings: listings)
 
         var options = MountOptions()
         options.fsName = "ubiq"
@@ -149,7 +149,7 @@ public enum MountDaemon {
         let watcher = MountWatcher(mount: mount, events: events, logger: logger)
         let control = ControlServer(engine: engine, fs: fs, configuration: configuration, events: events) { watcher.requestUnmount() }
         let services: [any Service] = [
-            watcher, engine.changeFeed, engine.outbox, engine.maintenance, invalidator,
+            watcher, engine.changeFeed, engine.outbox, engine.keyValueSender, engine.maintenance, invalidator,
             control.makeApplication(socketPath: configuration.controlSocket, logger: logger),
         ]
         let group = ServiceGroup(configuration: .init(

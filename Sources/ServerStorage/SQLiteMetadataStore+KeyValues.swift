@@ -22,11 +22,10 @@ extension SQLiteMetadataStore {
             let replaced = try Int.fetchOne(
                 try db.cachedStatement(sql: "SELECT length(key) + length(value) FROM key_values WHERE container_key = ? AND key = ? AND removed = 0"),
                 arguments: [container.key, keyBytes])
-            if replaced == nil, (live["keys"] as Int) >= KeyValueLimits.maxKeys {
-                throw StorageError.keyValueLimit(.tooManyKeys)
-            }
-            let after = (live["bytes"] as Int) - (replaced ?? 0) + keyBytes.count + value.count
-            guard after <= KeyValueLimits.maxStoreBytes else { throw StorageError.keyValueLimit(.storeSize(after)) }
+            do throws(KeyValueRefusal) {
+                try KeyValueLimits.checkWrite(
+                    key: key, valueBytes: value.count, replacedBytes: replaced, liveKeys: live["keys"], liveBytes: live["bytes"])
+            } catch { throw StorageError.keyValueLimit(error) }
             let version = try Self.nextKeyValueVersion(container, db)
             // COALESCE: an empty value binds as NULL (a zero-length buffer has no address).
             try db.cachedStatement(sql: """

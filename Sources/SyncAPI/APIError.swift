@@ -59,6 +59,21 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
     }
 }
 
+extension APIErrorCode {
+    /// The code of a key-value write past a limit: one per limit.
+    public init(_ refusal: KeyValueRefusal) {
+        switch refusal {
+        case .tooManyKeys: self = .kvTooManyKeys
+        case .keyLength: self = .kvKeyTooLong
+        case .valueSize: self = .kvValueTooLarge
+        case .storeSize: self = .kvStoreTooLarge
+        }
+    }
+
+    /// A key-value write refused for a limit (`quotaViolation` on a mount).
+    public var isKeyValueLimit: Bool { [.kvTooManyKeys, .kvKeyTooLong, .kvValueTooLarge, .kvStoreTooLarge].contains(self) }
+}
+
 /// The body of every error response.
 public struct APIErrorBody: Codable, Sendable, Equatable {
     public struct Detail: Codable, Sendable, Equatable {

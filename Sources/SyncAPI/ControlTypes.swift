@@ -21,6 +21,45 @@ public enum ControlPath {
     /// `GET /query/live?…` (the parameters of `/query`): JSON lines, `LiveQueryLine`, until the
     /// client goes away.
     public static let liveQuery = "/query/live"
+    /// `GET /kv[?key=K]`: the key-value store as this mount sees it, every key or one, as a
+    /// `KeyValuePage`: the store's version this mount has read up to, and each key's value with
+    /// the server's version of it (0: a write of this mount not yet on the server).
+    public static let keyValues = "/kv"
+    /// `POST /kv/set?key=K`, the value's JSON as the body: `KeyValueWriteReport`.
+    public static let keyValueSet = "/kv/set"
+    /// `POST /kv/remove?key=K`: `KeyValueWriteReport`.
+    public static let keyValueRemove = "/kv/remove"
+    /// `GET /kv/watch`: JSON lines, `KeyValueNotice`, until the client goes away.
+    public static let keyValueWatch = "/kv/watch"
+    /// `GET /whoami`: `WhoAmIReport`.
+    public static let whoami = "/whoami"
+
+    /// A key as a query parameter's value: every byte but `A-Z a-z 0-9 - _ ~` percent-encoded.
+    public static func keyParameter(_ key: String) -> String { "key=" + APIPath.percentEncoded(key) }
+}
+
+/// The answer to `POST /kv/set` and `/kv/remove`: nil `error` when the write is queued (it is
+/// kept on this device and goes up when the server can be reached).
+public struct KeyValueWriteReport: Codable, Sendable, Equatable {
+    public var error: String?
+    /// The write passed one of the store's limits (`quotaViolation`).
+    public var quotaViolation: Bool?
+    public init(error: String? = nil, quotaViolation: Bool? = nil) {
+        self.error = error
+        self.quotaViolation = quotaViolation
+    }
+}
+
+/// The answer to `GET /whoami`: whose container the mount shows, and the account's identity
+/// token (nil until the server was first reached from this cache).
+public struct WhoAmIReport: Codable, Sendable, Equatable {
+    public var account: String
+    public var container: String
+    public var server: String
+    public var identityToken: String?
+    public init(account: String, container: String, server: String, identityToken: String?) {
+        (self.account, self.container, self.server, self.identityToken) = (account, container, server, identityToken)
+    }
 }
 
 /// One line of a live query (rules L1–L4): each initial result, then `finishGathering`, then an

@@ -107,7 +107,7 @@ extension APIPath {
     /// included, so that `.` and `..` stay keys and no client or proxy folds them away.
     public static func keyValue(_ c: ContainerID, _ key: String) -> String { keyValues(c) + "/" + percentEncoded(key) }
 
-    static func percentEncoded(_ key: String) -> String {
+    public static func percentEncoded(_ key: String) -> String {
         var out = ""
         for b in key.utf8 {
             let unreserved = (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
@@ -115,5 +115,61 @@ extension APIPath {
             if unreserved { out.unicodeScalars.append(Unicode.Scalar(b)) } else { out += String(format: "%%%02X", b) }
         }
         return out
+    }
+}
+
+/// What the store takes as a value: one JSON document in UTF-8, and not `null`.
+public enum KeyValueDocument {
+    /// Why `value` is not a value the store takes; nil when it is. Wrapped in brackets it must
+    /// read as an array of one element: two documents (`1,2`) make two, and text in another
+    /// encoding (which a parser would guess from its NUL bytes) cannot start with the bracket.
+    public static func problem(_ value: Data) -> String? {
+        guard String(validating: value, as: UTF8.self) != nil,
+              let wrapped = try? JSONSerialization.jsonObject(with: Data("[".utf8) + value + Data("]".utf8)) as? [Any],
+              wrapped.count == 1
+        else { return "a value is one JSON document, in UTF-8" }
+        // NSUbiquitousKeyValueStore has no null: setting nil removes the key.
+        guard !(wrapped[0] is NSNull) else { return "null is not a value; remove the key instead" }
+        return nil
+    }
+
+    /// Bytes as a value: `{"$data":"BASE64"}`, the form the store gives data.
+    public static func data(_ bytes: Data) -> Data { Data(#"{"$data":""#.utf8) + Data(bytes.base64EncodedString().utf8) + Data(#""}"#.utf8) }
+
+    /// The bytes a `{"$data":"BASE64"}` value holds; nil for any other value.
+    public static func bytes(of value: Data) -> Data? {
+        guard let object = try? JSONSerialization.jsonObject(with: value) as? [String: Any], object.count == 1,
+              let text = object["$data"] as? String
+        else { return nil }
+        return Data(base64Encoded: text)
+    }
+}
+
+/// A change of the key-value store as `ubiq kv watch` reports it, one per line:
+/// NSUbiquitousKeyValueStoreDidChangeExternallyNotification's reason and changed keys.
+public struct KeyValueNotice: Codable, Sendable, Equatable {
+    public enum Reason: String, Codable, Sendable {
+        /// Another device changed these keys (or this device's write was overtaken).
+        case serverChange
+        /// The first read of the store on this device (a fresh cache): every key it found.
+        case initialSync
+        /// A write of this device was refused by the server for a limit; the key shows the
+        /// server's value again.
+        case quotaViolation
+        /// The mount shows another account than the cache showed before.
+        case accountChange
+    }
+    public var reason: Reason
+    public var keys: [String]
+    public init(_ reason: Reason, keys: [String]) {
+        self.reason = reason
+        self.keys = keys
+    }
+
+    /// `{"reason":…,"keys":[…]}`: in this order, slashes as they are, as the line is documented.
+    public func json() throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .withoutEscapingSlashes
+        return Data(#"{"reason":"\#(reason.rawValue)","keys":"#.utf8) + (try encoder.encode(keys)) + Data("}".utf8)
     }
 }

@@ -34,9 +34,26 @@ public struct ControlClient: Sendable {
         try await call(.POST, path, timeout: timeout)
     }
 
-    func call<T: Decodable>(_ method: HTTPMethod, _ path: String, timeout: Duration) async throws -> T {
+    /// POSTs `body` (the daemon reads it as the route says).
+    public func post<T: Decodable>(_ path: String, body: Data, timeout: Duration = .seconds(10)) async throws -> T {
+        try await call(.POST, path, body: body, timeout: timeout)
+    }
+
+    /// The raw answer to `GET path`: for answers that are not `Codable` (`KeyValuePage`).
+    public func data(_ path: String, timeout: Duration = .seconds(10)) async throws -> Data {
+        let body = try await exchange(.GET, path, body: nil, timeout: timeout)
+        return Data(body.readableBytesView)
+    }
+
+    func call<T: Decodable>(_ method: HTTPMethod, _ path: String, body: Data? = nil, timeout: Duration) async throws -> T {
+        let body = try await exchange(method, path, body: body, timeout: timeout)
+        return try JSONDecoder().decode(T.self, from: Data(body.readableBytesView))
+    }
+
+    func exchange(_ method: HTTPMethod, _ path: String, body: Data?, timeout: Duration) async throws -> ByteBuffer {
         var request = HTTPClientRequest(url: url(path))
         request.method = method
+        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
         let response: HTTPClientResponse
         do {
             response = try await SyncHTTPClient.shared.execute(request, timeout: .seconds(timeout.components.seconds))
@@ -45,7 +62,7 @@ public struct ControlClient: Sendable {
         }
         let body = try await response.body.collect(upTo: 16 << 20)
         guard response.status == .ok else { throw Failure.answered(Int(response.status.code), String(buffer: body)) }
-        return try JSONDecoder().decode(T.self, from: Data(body.readableBytesView))
+        return body
     }
 
     /// Streams the lines of `GET path` until the daemon ends it or the task is cancelled.

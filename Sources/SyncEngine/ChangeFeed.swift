@@ -330,9 +330,8 @@ struct ChangeFeedService: Service {
                         case .ready:
                             engine.setConnected(true, error: nil)
                             connected = true
-                        case .keyValues:
-                            // The key-value store is not mirrored by the mount (not yet).
-                            continue
+                        case .keyValues(let version):
+                            try await engine.followKeyValues(to: version)
                         }
                     }
                     return connected

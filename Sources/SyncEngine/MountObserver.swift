@@ -33,6 +33,9 @@ public enum MountEventKind: String, Sendable, Codable, Hashable, CaseIterable {
     case error
     /// The server became reachable, or stopped being.
     case online, offline
+    /// The mount shows another account than its cache showed before, or the server answers
+    /// for another account than the one the cache holds.
+    case accountChange
 }
 
 /// A change the mount reports to `ubiq monitor`.
@@ -60,5 +63,10 @@ public struct MountEvent: Sendable, Codable, Hashable {
 /// Who hears about changes the engine made: the mount daemon, which invalidates kernel caches.
 public protocol MountObserver: Sendable {
     func invalidate(_ invalidations: [KernelInvalidation])
-    func event(_ event: MountEvent)
+    /// `keep`: also told to every listener that comes later (see `FanOut`).
+    func event(_ event: MountEvent, keep: Bool)
+}
+
+extension MountObserver {
+    public func event(_ event: MountEvent) { self.event(event, keep: false) }
 }

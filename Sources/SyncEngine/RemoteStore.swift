@@ -57,6 +57,18 @@ public protocol RemoteStore: Sendable {
     /// The file's earlier contents the server still keeps, the most recently replaced first.
     func earlierVersions(of id: ItemID) async throws -> [EarlierVersion]
     func restore(_ id: ItemID, _ request: RestoreRequest) async throws -> ItemMetadata
+
+    /// The account the token belongs to, and its identity.
+    func whoami() async throws -> WhoAmI
+    /// The key-value store's version, and every key changed after version `since` (0: every
+    /// live key), each at its latest; a removal is an entry without a value. `since` ahead of
+    /// the store's version: `.refused(.invalidCursor)`.
+    func keyValues(since: Int64) async throws -> KeyValuePage
+    /// Sets a key to the bytes of one JSON document; the store's version after the write. A
+    /// limit passed: `.refused` with one of the `kv_…` codes, and nothing stored.
+    func setKeyValue(_ key: String, json: Data) async throws -> Int64
+    /// Removes a key (no error when it is not there); the store's version after it.
+    func removeKeyValue(_ key: String) async throws -> Int64
 }
 
 extension RemoteStore {

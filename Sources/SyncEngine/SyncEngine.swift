@@ -60,6 +60,11 @@ public final class SyncEngine: Sendable {
     let outboxSignals: AsyncStream<Void>
     let maintenanceSignal: AsyncStream<Void>.Continuation
     let maintenanceSignals: AsyncStream<Void>
+    let keyValueSignal: AsyncStream<Void>.Continuation
+    let keyValueSignals: AsyncStream<Void>
+    /// What `kv watch` reports: the key-value store's changes, as NSUbiquitousKeyValueStore's
+    /// change notification names them.
+    public let keyValueNotices = FanOut<KeyValueNotice>()
 
     public init(store: LocalStore, remote: any RemoteStore, cache: ContentCache, openFiles: OpenFiles, configuration: EngineConfiguration, observer: any MountObserver, logger: Logger) {
         self.store = store
@@ -71,10 +76,12 @@ public final class SyncEngine: Sendable {
         self.logger = logger
         (outboxSignals, outboxSignal) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         (maintenanceSignals, maintenanceSignal) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        (keyValueSignals, keyValueSignal) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         let maintenance = maintenanceSignal
         downloads = Downloads(remote: remote, cache: cache, store: store, openFiles: openFiles, observer: observer, logger: logger) { _ in maintenance.yield() }
         outboxSignal.yield()
         maintenanceSignal.yield()
+        keyValueSignal.yield()
     }
 
     // MARK: What the file system tells the engine
@@ -169,6 +176,7 @@ public final class SyncEngine: Sendable {
             if connected {
                 downloads.forgetFailedRetries()
                 outboxSignal.yield()
+                keyValueSignal.yield()
                 // Requested and pinned downloads wait while offline (`startWantedDownloads`).
                 maintenanceSignal.yield()
             }
@@ -197,18 +205,30 @@ public final class SyncEngine: Sendable {
         let created = String(info.created)
         let recorded = try store.read { try $0.meta("container_created") }
         var why: String?
+        let identity = try await remote.whoami().identity
+        let recordedIdentity = try store.read { try $0.accountIdentity() }
         if let recorded, recorded != created {
             why = "the server's container is not the one this cache holds (it was made anew: another server, or the account was removed and added again); nothing is sent or applied and local files are kept; mount with a new --cache folder to use it"
         } else if let mine = mine?.position, let theirs = info.cursor.position, theirs < mine {
             why = "the server's change log is behind this cache's (was it restored from a backup?); nothing is sent or applied and local files are kept; mount with a new --cache folder to start again from the server"
+        } else if let recordedIdentity, recordedIdentity != identity {
+            why = "the server answers for another account than the one this cache holds (the account was removed and added again, or another server answers at this address); nothing is sent or applied and local files are kept; mount again to set this cache's files aside and show that account's"
         }
-        if recorded == nil { try store.write { w in try w.setMeta("container_created", created) } }
+        if recorded == nil || recordedIdentity == nil {
+            try store.write { w in
+                if recorded == nil { try w.setMeta("container_created", created) }
+                if recordedIdentity == nil { try w.setAccountIdentity(identity) }
+            }
+        }
         let wasForeign = state.withLock { s -> Bool in
             defer { s.foreignContainer = why; s.containerVerified = why == nil }
             return s.foreignContainer != nil
         }
         if let why {
-            if !wasForeign { logger.error("not syncing with this container", metadata: ["reason": "\(why)"]) }
+            if !wasForeign {
+                logger.error("not syncing with this container", metadata: ["reason": "\(why)"])
+                if let recordedIdentity, recordedIdentity != identity { noteAccountChange() }
+            }
             setConnected(false, error: why)
             return false
         }
@@ -229,5 +249,12 @@ public final class SyncEngine: Sendable {
             logger.error("cannot check the server's container", metadata: ["error": "\(error)"])
             return false
         }
+    }
+
+    /// The mount shows another account than before, or the server answers for another one:
+    /// `ubiq monitor` and `kv watch` hear it, also those that start listening later.
+    public func noteAccountChange() {
+        observer.event(MountEvent(.accountChange), keep: true)
+        keyValueNotices.publish(KeyValueNotice(.accountChange, keys: []), keep: true)
     }
 }

@@ -59,12 +59,7 @@ extension APIError {
 
     /// A key-value write past a limit: one code per limit, and a message that names it.
     public init(_ refusal: KeyValueRefusal) {
-        switch refusal {
-        case .tooManyKeys: self.init(.kvTooManyKeys, refusal.description + "; nothing was stored")
-        case .keyLength: self.init(.kvKeyTooLong, refusal.description + "; nothing was stored")
-        case .valueSize: self.init(.kvValueTooLarge, refusal.description + "; nothing was stored")
-        case .storeSize: self.init(.kvStoreTooLarge, refusal.description + "; nothing was stored")
-        }
+        self.init(APIErrorCode(refusal), refusal.description + "; nothing was stored")
     }
 
     public init(_ error: BlobStoreError) {

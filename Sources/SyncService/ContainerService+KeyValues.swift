@@ -56,16 +56,8 @@ enum KeyValueChecks {
         return key
     }
 
-    /// One JSON document in UTF-8, and not `null`. Wrapped in brackets it must read as an
-    /// array of one element: two documents (`1,2`) make two, and text in another encoding
-    /// (which a parser would guess from its NUL bytes) cannot start with the bracket.
     static func value(_ value: Data) throws {
         guard value.count <= KeyValueLimits.maxValueBytes else { throw APIError(KeyValueRefusal.valueSize(value.count)) }
-        guard String(validating: value, as: UTF8.self) != nil,
-              let wrapped = try? JSONSerialization.jsonObject(with: Data("[".utf8) + value + Data("]".utf8)) as? [Any],
-              wrapped.count == 1
-        else { throw APIError(.invalidRequest, "a value is one JSON document, in UTF-8") }
-        // NSUbiquitousKeyValueStore has no null: setting nil removes the key.
-        guard !(wrapped[0] is NSNull) else { throw APIError(.invalidRequest, "null is not a value; remove the key instead (DELETE)") }
+        if let problem = KeyValueDocument.problem(value) { throw APIError(.invalidRequest, problem) }
     }
 }

@@ -29,6 +29,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     public enum Operation: String, Sendable, Hashable, CaseIterable {
         case ensureContainer, changes, changeStream, item, download, hasBlob, uploadBlob
         case createItem, createItems, updateContent, updateItem, deleteItem, setXattrs, addConflictVersion, resolveConflicts, earlierVersions, restore
+        case whoami, keyValues, setKeyValue, removeKeyValue
     }
 
     /// A path's entry in `tree()`.
@@ -72,6 +73,10 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         var nextStream = 0
         /// Wakes each open push stream; finished to end it.
         var streams: [Int: AsyncStream<Void>.Continuation] = [:]
+        /// The key-value store: each key (by its UTF-8) at its latest change, removals included.
+        var keyValues: [Data: KeyValueEntry] = [:]
+        var keyValueVersion: Int64 = 0
+        var identity = String(repeating: "5e", count: 32)
     }
 
     let state = Mutex(State())
@@ -407,9 +412,16 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
                     }
                     var cursor = try self.send(after: since, to: continuation)
                     continuation.yield(.ready(cursor))
+                    var sentVersion = self.state.withLock { $0.keyValueVersion }
+                    continuation.yield(.keyValues(version: sentVersion))
                     for await _ in signals {
                         await self.jitterPause("push")
                         cursor = try self.send(after: cursor, to: continuation)
+                        let version = self.state.withLock { $0.keyValueVersion }
+                        if version != sentVersion {
+                            sentVersion = version
+                            continuation.yield(.keyValues(version: version))
+                        }
                     }
                     self.unregister(registered)
                     if !Task.isCancelled && !self.isOnline {
@@ -686,9 +698,9 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
     /// One commit (or refusal) under the lock, then the push streams are woken.
     func mutate<T>(_ body: (inout State) throws -> T) throws -> T {
         let (result, wake) = try state.withLock { s -> (T, [AsyncStream<Void>.Continuation]) in
-            let before = s.seq
+            let before = (s.seq, s.keyValueVersion)
             let result = try body(&s)
-            return (result, s.seq != before ? Array(s.streams.values) : [])
+            return (result, (s.seq, s.keyValueVersion) != before ? Array(s.streams.values) : [])
         }
         for c in wake { c.yield() }
         return result

@@ -13,8 +13,8 @@ extension FileSystem {
         let item = try item(ino)
         if name.hasPrefix(ItemStatus.prefix) {
             if name == "user.ubiq.identityToken" {
-                guard ino == LocalItem.rootIno else { throw .noAttribute }
-                return Array(identityToken.utf8)
+                guard ino == LocalItem.rootIno, let identity = try? store.read({ try $0.accountIdentity() }) else { throw .noAttribute }
+                return Array(identity.utf8)
             }
             guard let value = status(of: item).attributes.first(where: { $0.0 == name })?.1 else { throw .noAttribute }
             return Array(value.utf8)
@@ -29,7 +29,8 @@ extension FileSystem {
         let item = try item(ino)
         var names = ItemStatus.names(downloadingError: item.downloadError != nil, uploadingError: item.uploadError != nil, revision: item.revision != nil,
                                        conflictVersions: hasUnsettledConflicts(item))
-        if ino == LocalItem.rootIno { names.append("user.ubiq.identityToken") }
+        // Known once the server was first reached.
+        if ino == LocalItem.rootIno, (try? store.read({ try $0.accountIdentity() })) != nil { names.append("user.ubiq.identityToken") }
         names += item.xattrs.keys.sorted()
         return names
     }

@@ -25,7 +25,6 @@ public final class FileSystem: Sendable {
     let store: LocalStore
     let cache: ContentCache
     let logger: Logger
-    let identityToken: String
 
     typealias Handle = OpenFiles.Handle
 
@@ -46,13 +45,12 @@ public final class FileSystem: Sendable {
 
     /// `store`, `cache` and `openFiles` are the engine's own: the file system reads and writes
     /// the same database, cache files and table of files in use.
-    public init(content: any ContentSource, openFiles: OpenFiles, store: LocalStore, cache: ContentCache, identityToken: String, logger: Logger, listings: FolderListings = FolderListings()) {
+    public init(content: any ContentSource, openFiles: OpenFiles, store: LocalStore, cache: ContentCache, logger: Logger, listings: FolderListings = FolderListings()) {
         self.listings = listings
         self.content = content
         self.openFiles = openFiles
         self.store = store
         self.cache = cache
-        self.identityToken = identityToken
         self.logger = logger
         versionsFolder = (try? store.read { try $0.versionsFolder()?.ino }) ?? nil
     }

@@ -59,11 +59,9 @@ struct Status: AsyncParsableCommand {
 
     func run() async throws {
         if paths.isEmpty {
-            let target = Paths.absolute(mount ?? FileManager.default.currentDirectoryPath)
-            guard let mountpoint = MountTable.mount(containing: target) else { throw Failure("\(target) is not inside a ubiq mount") }
-            guard let cache = MountRegistry.cacheDirectory(of: mountpoint) else { throw Failure("no daemon is registered for \(mountpoint)") }
+            let (mountpoint, control) = try MountTable.control(of: mount)
             let report: MountStatusReport
-            do { report = try await ControlClient(socketPath: cache + "/control.sock").get(ControlPath.status) } catch {
+            do { report = try await control.get(ControlPath.status) } catch {
                 throw Failure("the daemon of \(mountpoint) does not answer: \(error)")
             }
             if json {

@@ -26,10 +26,7 @@ struct Monitor: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let target = Paths.absolute(mount ?? FileManager.default.currentDirectoryPath)
-        guard let mountpoint = MountTable.mount(containing: target) else { throw Failure("\(target) is not inside a ubiq mount") }
-        guard let cache = MountRegistry.cacheDirectory(of: mountpoint) else { throw Failure("no daemon is registered for \(mountpoint)") }
-        let control = ControlClient(socketPath: cache + "/control.sock")
+        let (mountpoint, control) = try MountTable.control(of: mount)
         do { let _: MountStatusReport = try await control.get(ControlPath.status) } catch {
             throw Failure("the daemon of \(mountpoint) does not answer: \(error)")
         }

@@ -210,6 +210,15 @@ enum MountTable {
         ubiqMountpoints().contains(path)
     }
 
+    /// The mount `mount` names (default: the one containing the working directory) and its
+    /// daemon's control socket; exit 1 when there is none.
+    static func control(of mount: String?) throws -> (mountpoint: String, control: ControlClient) {
+        let target = Paths.absolute(mount ?? FileManager.default.currentDirectoryPath)
+        guard let mountpoint = Self.mount(containing: target) else { throw Failure("\(target) is not inside a ubiq mount") }
+        guard let cache = MountRegistry.cacheDirectory(of: mountpoint) else { throw Failure("no daemon is registered for \(mountpoint)") }
+        return (mountpoint, ControlClient(socketPath: cache + "/control.sock"))
+    }
+
     /// The ubiq mount that contains `path` (the longest matching mountpoint).
     static func mount(containing path: String) -> String? {
         ubiqMountpoints().filter { path == $0 || path.hasPrefix($0 == "/" ? "/" : $0 + "/") }.max { $0.count < $1.count }

@@ -39,9 +39,7 @@ struct Query: AsyncParsableCommand {
 
     func run() async throws {
         if explain { return try printExplanation() }
-        let target = Paths.absolute(mount ?? FileManager.default.currentDirectoryPath)
-        guard let mountpoint = MountTable.mount(containing: target) else { throw Failure("\(target) is not inside a ubiq mount") }
-        guard let cache = MountRegistry.cacheDirectory(of: mountpoint) else { throw Failure("no daemon is registered for \(mountpoint)") }
+        let (mountpoint, control) = try MountTable.control(of: mount)
         var parameters = URLComponents()
         parameters.queryItems = [
             URLQueryItem(name: "q", value: predicate),
@@ -55,7 +53,6 @@ struct Query: AsyncParsableCommand {
         ]
         // `+` stays literal in a query string otherwise, and the server reads it as a space.
         let query = (parameters.percentEncodedQuery ?? "").replacingOccurrences(of: "+", with: "%2B")
-        let control = ControlClient(socketPath: cache + "/control.sock")
         if live { return try await follow(control.lines(ControlPath.liveQuery + "?" + query), mountpoint: mountpoint) }
         let answer: QueryAnswer
         do { answer = try await control.get(ControlPath.query + "?" + query, timeout: .seconds(120)) } catch {

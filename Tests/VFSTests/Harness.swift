@@ -38,7 +38,7 @@ final class RecordingObserver: MountObserver {
     let state = Mutex<(invalidations: [KernelInvalidation], events: [MountEvent])>(([], []))
 
     func invalidate(_ invalidations: [KernelInvalidation]) { state.withLock { $0.invalidations += invalidations } }
-    func event(_ event: MountEvent) { state.withLock { $0.events.append(event) } }
+    func event(_ event: MountEvent, keep: Bool) { state.withLock { $0.events.append(event) } }
 
     var events: [MountEvent] { state.withLock { $0.events } }
     var invalidations: [KernelInvalidation] { state.withLock { $0.invalidations } }
@@ -61,8 +61,6 @@ struct Harness: Sendable {
         case changeFeed, outbox, maintenance
     }
 
-    static let identityToken = "test-identity-token-0123456789"
-
     let directory: TempDirectory
     let remote: InMemoryRemoteStore
     let observer: RecordingObserver
@@ -82,6 +80,8 @@ struct Harness: Sendable {
         self.remote = remote
         observer = RecordingObserver()
         store = inMemoryDatabase ? try LocalStore(inMemory: ()) : try LocalStore(path: self.directory.path + "/state.sqlite")
+        // As after a first contact with the server: the identity token is known.
+        if try store.read({ try $0.accountIdentity() }) == nil { try store.write { try $0.setAccountIdentity(remote.identity) } }
         let cache = try ContentCache(directory: self.directory.path + "/content")
         let logger = Logger(label: "ubiq.vfs-tests") { _ in SwiftLogNoOpLogHandler() }
         let openFiles = OpenFiles()
@@ -89,7 +89,7 @@ struct Harness: Sendable {
             store: store, remote: remote, cache: cache, openFiles: openFiles,
             configuration: EngineConfiguration(deviceName: "test-device", cacheLimit: cacheLimit),
             observer: observer, logger: logger)
-        fs = FileSystem(content: engine, openFiles: openFiles, store: store, cache: cache, identityToken: Self.identityToken, logger: logger)
+        fs = FileSystem(content: engine, openFiles: openFiles, store: store, cache: cache, logger: logger)
     }
 
     /// A new daemon on the same database, cache folder and server, as after a restart (or a

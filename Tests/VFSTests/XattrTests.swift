@@ -46,7 +46,7 @@ struct XattrTests {
 
             let rootNames = try h.fs.listXattrs(rootIno)
             #expect(rootNames == Self.statusNames + ["user.ubiq.identityToken"])
-            #expect(try h.xattr(rootIno, "user.ubiq.identityToken") == Harness.identityToken)
+            #expect(try h.xattr(rootIno, "user.ubiq.identityToken") == h.remote.identity)
             #expect(try h.xattr(rootIno, "user.ubiq.itemID") == "root")
             #expect(try h.xattr(rootIno, "user.ubiq.downloadingStatus") == "current")
             #expect(try h.xattr(rootIno, "user.ubiq.isUploaded") == "1")
@@ -80,7 +80,7 @@ struct XattrTests {
             #expect(errnoOf { try h.fs.removeXattr(ino, name: name) } == EPERM, "remove \(name)")
         }
         #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
-        #expect(try h.xattr(rootIno, "user.ubiq.identityToken") == Harness.identityToken)
+        #expect(try h.xattr(rootIno, "user.ubiq.identityToken") == h.remote.identity)
     }
 
     @Test("pinned accepts 0 and 1 only; 1 pins and downloads, 0 unpins")
