@@ -20,8 +20,9 @@ extension ControlServer {
         router.post(RouterPath(ControlPath.keyValueSet)) { request, _ in
             let key = String(request.uri.queryParameters["key"] ?? "")
             var request = request
-            // A byte more than a value may have: a longer one is refused for its size.
-            let body = try await request.collectBody(upTo: KeyValueLimits.maxValueBytes + 1)
+            // Well past what a value may have, so that a value too large is refused as one by the
+            // engine (a quota violation, reported to `kv watch`), not as a request too large.
+            let body = try await request.collectBody(upTo: 16 * KeyValueLimits.maxValueBytes)
             return try json(write { try engine.setKeyValue(key, json: Data(body.readableBytesView)) })
         }
         router.post(RouterPath(ControlPath.keyValueRemove)) { request, _ in

@@ -6,6 +6,8 @@ public final class RunningProcess: @unchecked Sendable {
     // `lines`, `stderr` and `ended` are guarded by `lock`; the rest is set once.
     private let lock = NSLock()
     private var lines: [String] = []
+    /// When each line was read, for latencies measured from the test's side.
+    private var arrivals: [ContinuousClock.Instant] = []
     private var errors = Data()
     private var ended = false
     let process = Process()
@@ -30,7 +32,11 @@ public final class RunningProcess: @unchecked Sendable {
                 while let nl = pending.firstIndex(of: UInt8(ascii: "\n")) {
                     let line = String(decoding: pending[pending.startIndex..<nl], as: UTF8.self)
                     pending.removeSubrange(pending.startIndex...nl)
-                    lock.withLock { lines.append(line) }
+                    let now = ContinuousClock.now
+                    lock.withLock {
+                        lines.append(line)
+                        arrivals.append(now)
+                    }
                 }
             }
             try? stdout.close()
@@ -48,6 +54,8 @@ public final class RunningProcess: @unchecked Sendable {
 
     /// Every complete line printed so far.
     public var output: [String] { lock.withLock { lines } }
+    /// When line `index` was read from the pipe.
+    public func arrival(of index: Int) -> ContinuousClock.Instant { lock.withLock { arrivals[index] } }
     public var errorOutput: String { lock.withLock { String(decoding: errors, as: UTF8.self) } }
 
     /// Waits until a line satisfies `condition`, looking at lines from index `from` on; returns
