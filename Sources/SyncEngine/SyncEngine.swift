@@ -207,12 +207,14 @@ public final class SyncEngine: Sendable {
         var why: String?
         let identity = try await remote.whoami().identity
         let recordedIdentity = try store.read { try $0.accountIdentity() }
-        if let recorded, recorded != created {
+        // Another account first: its container is another one too, and mounting again sets
+        // this cache's state aside (`AccountFolders`), which a new container alone does not.
+        if let recordedIdentity, recordedIdentity != identity {
+            why = "the server answers for another account than the one this cache holds (the account was removed and added again, or another server answers at this address); nothing is sent or applied and local files are kept; mount again to set this cache's files aside and show that account's"
+        } else if let recorded, recorded != created {
             why = "the server's container is not the one this cache holds (it was made anew: another server, or the account was removed and added again); nothing is sent or applied and local files are kept; mount with a new --cache folder to use it"
         } else if let mine = mine?.position, let theirs = info.cursor.position, theirs < mine {
             why = "the server's change log is behind this cache's (was it restored from a backup?); nothing is sent or applied and local files are kept; mount with a new --cache folder to start again from the server"
-        } else if let recordedIdentity, recordedIdentity != identity {
-            why = "the server answers for another account than the one this cache holds (the account was removed and added again, or another server answers at this address); nothing is sent or applied and local files are kept; mount again to set this cache's files aside and show that account's"
         }
         if recorded == nil || recordedIdentity == nil {
             try store.write { w in

@@ -95,9 +95,11 @@ import Testing
         }
     }
 
-    @Test func anAccountAddedAgainIsAnotherContainerAndTheMountSaysSoAfterLogin() async throws {
+    @Test func anAccountAddedAgainIsAnotherAccountAndTheMountSaysSoAfterLogin() async throws {
         try await withDevices(["A"], serverArguments: ["--auth-cache-seconds", "0"]) { server, devices in
             let a = devices[0]
+            let monitor = try a.monitor(json: true)
+            defer { monitor.stop() }
             try await a.must(#"echo first > "$M/first.txt""#)
             try await eventually("first.txt to be uploaded") { try await a.xattr("first.txt", "user.ubiq.isUploaded") == "1" }
             // Removed and added again: a new account, with a new, empty container.
@@ -107,17 +109,28 @@ import Testing
             try await eventually("the mount to say the token is refused") {
                 try await a.ubiq(["status", "--mount", a.mountpoint]).stdout.contains("refused the login token")
             }
-            // Logging in again reaches the running mount, which then finds a container that is
-            // not the one its cache holds, and says so instead of syncing with it.
+            // Logging in again reaches the running mount, which then finds another account (its
+            // identity is new) and says so instead of syncing with it.
             let login = try await a.ubiq(["login", "--server", a.serverURL, "--user", "alice", "--password-stdin"], stdin: "new-pw\n")
             #expect(login.status == 0, "\(login)")
-            try await eventually("the mount to name the other container") {
-                try await a.ubiq(["status", "--mount", a.mountpoint]).stdout.contains("not the one this cache holds")
+            try await eventually("the mount to name the other account") {
+                try await a.ubiq(["status", "--mount", a.mountpoint]).stdout.contains("another account than the one this cache holds")
             }
+            try await monitor.event("accountChange") { $0["kind"] as? String == "accountChange" }
             #expect(try await a.must(#"cat "$M/first.txt" "$M/second.txt""#) == "first\nsecond\n", "local files are kept")
             let b = try await TestDevice.mount("B", server: server, user: "alice", password: "new-pw")
-            defer { Task { await b.unmount(); b.remove() } }
             #expect(try await b.must(#"ls -A "$M""#) == "", "nothing was sent to the new container")
+            await b.unmount()
+            b.remove()
+
+            // Mounted again: the old account's state is set aside, kept, and the new one shows.
+            await a.unmount()
+            try await a.mountAgain()
+            #expect(try await a.must(#"ls -A "$M""#) == "")
+            let aside = try await a.must(#"ls -d "$CACHE"/accounts/*.aside-*/state.sqlite"#.replacingOccurrences(of: "$CACHE", with: a.cache))
+            #expect(aside.split(separator: "\n").count == 1, "\(aside)")
+            try await a.must(#"echo third > "$M/third.txt""#)
+            try await eventually("third.txt to go up to the new account") { try await a.xattr("third.txt", "user.ubiq.isUploaded") == "1" }
         }
     }
 

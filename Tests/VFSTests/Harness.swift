@@ -58,7 +58,7 @@ enum StoreSetup: String, CaseIterable, Sendable, CustomTestStringConvertible {
 
 struct Harness: Sendable {
     enum EngineService: Hashable, Sendable {
-        case changeFeed, outbox, maintenance
+        case changeFeed, outbox, maintenance, keyValues
     }
 
     let directory: TempDirectory
@@ -112,6 +112,7 @@ struct Harness: Sendable {
                 case .changeFeed: group.addTask { try await engine.changeFeed.run() }
                 case .outbox: group.addTask { try await engine.outbox.run() }
                 case .maintenance: group.addTask { try await engine.maintenance.run() }
+                case .keyValues: group.addTask { try await engine.keyValueSender.run() }
                 }
             }
             do {
