@@ -57,6 +57,10 @@ public struct LocalItem: Sendable, Hashable {
     /// The server's conflict versions of the file, unresolved: edits kept beside its content.
     public var conflicts: [ConflictVersion]
 
+    /// A file whose content as shown is on the server only (a placeholder, or a cache file of
+    /// an older version): it can go up again only by naming the server's digest.
+    public var contentOnlyOnServer: Bool { kind == .file && content.needsDownload }
+
     public init(
         ino: Int64 = 0, itemID: ItemID, parent: Int64?, name: String, kind: ItemKind, size: Int64, mode: UInt32,
         uid: UInt32 = 0, gid: UInt32 = 0, created: Timestamp, modified: Timestamp, changed: Timestamp,

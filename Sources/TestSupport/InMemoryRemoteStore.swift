@@ -286,6 +286,11 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         state.withLock { digest == .empty || $0.blobs[digest] != nil }
     }
 
+    /// Drops a content, as the server's collection does once nothing names it.
+    public func forgetBlob(_ digest: ContentDigest) {
+        _ = state.withLock { $0.blobs.removeValue(forKey: digest) }
+    }
+
     /// Every live item but the root, by path: what a client that is in sync must show.
     public func tree() -> [String: TreeEntry] {
         state.withLock { s in

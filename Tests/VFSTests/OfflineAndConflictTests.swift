@@ -629,6 +629,48 @@ struct ConflictTests {
         }
     }
 
+    @Test("rename versus delete of a file never downloaded here: the rename wins and the item comes back with the server's content", arguments: [false, true])
+    func renameOfAPlaceholderVersusDelete(chmodToo: Bool) async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let content = Array("only on the server".utf8)
+        let remote = try h.remote.otherDevice.createFile("far.txt", content: content)
+        try await h.running {
+            let ino = try await h.appeared("/far.txt")
+            h.remote.isOnline = false
+            try await eventually("the engine to notice it is offline") { !h.engine.isConnected }
+            try h.fs.rename(parent: rootIno, name: n("far.txt"), newParent: rootIno, newName: n("near.txt"), noReplace: true, exchange: false)
+            if chmodToo { _ = try await h.fs.setAttributes(ino, .init(mode: 0o600), handle: nil) }
+            _ = try h.remote.otherDevice.delete(remote.id)
+            h.remote.isOnline = true
+            try await eventually("the file to come back to the server under its new name") {
+                try h.outbox().isEmpty && h.remote.content(atPath: "/near.txt") == content
+            }
+            #expect(try await h.read(try h.requireIno("/near.txt")) == content)
+            #expect(h.remote.item(atPath: "/far.txt") == nil)
+        }
+    }
+
+    @Test("rename versus delete of a file never downloaded here, whose content the server no longer has: the deletion stands")
+    func renameOfAPlaceholderVersusDeleteWithTheContentGone() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let remote = try h.remote.otherDevice.createFile("far.txt", content: Array("gone soon".utf8))
+        try await h.running {
+            _ = try await h.appeared("/far.txt")
+            h.remote.isOnline = false
+            try await eventually("the engine to notice it is offline") { !h.engine.isConnected }
+            try h.fs.rename(parent: rootIno, name: n("far.txt"), newParent: rootIno, newName: n("near.txt"), noReplace: true, exchange: false)
+            _ = try h.remote.otherDevice.delete(remote.id)
+            h.remote.forgetBlob(try #require(remote.digest))
+            h.remote.isOnline = true
+            try await eventually("the outbox to settle") { try h.outbox().isEmpty }
+            #expect(try h.children().isEmpty)
+            #expect(h.remote.tree().isEmpty)
+            #expect(h.observer.events.contains { $0.kind == .reconciled && $0.path == "/near.txt" })
+        }
+    }
+
     @Test(
         "offline, this device makes a file under the name another device gave a folder: the folder keeps its new name, the file is a conflicted copy",
         arguments: [false, true])

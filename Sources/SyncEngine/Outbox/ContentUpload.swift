@@ -15,6 +15,7 @@ extension SyncEngine {
     /// entry of the file, whose own entry then finds nothing left to send.
     func uploadSnapshot(_ item: LocalItem, parentID: ItemID, seq: Int64?) async throws -> Outcome {
         if item.content != .dirty && item.revision != nil { return .done }
+        if item.revision == nil && item.contentOnlyOnServer { return try await createFromServerContent(item, parentID: parentID, seq: seq) }
         // A write after this (a writer that opens and truncates) changes the generation, and
         // the snapshot is then not sent.
         guard let generation = openFiles.uploadableGeneration(item.ino) else { return .waitsForWriter }
@@ -99,6 +100,51 @@ extension SyncEngine {
             return try resurrectLocal(item.ino)
         }
         return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
+    }
+
+    /// A file made anew here (a change of this device met its deletion elsewhere: `resurrect`)
+    /// whose content never came down: the server still holds that content, and the create
+    /// names it by its digest instead of sending bytes this device does not have. When the
+    /// server no longer has it, the deletion wins: nothing this device wrote is lost with it.
+    func createFromServerContent(_ item: LocalItem, parentID: ItemID, seq: Int64?) async throws -> Outcome {
+        // An empty file's content is no blob: it goes inline.
+        let empty = item.size == 0
+        guard let digest = item.serverDigest ?? (empty ? ContentDigest.empty : nil) else {
+            return .later("the server's content of this file is not known here", after: .seconds(30), offline: false)
+        }
+        let result: ItemMetadata
+        do {
+            result = try await remote.createItem(Self.createRequest(item, parentID: parentID, digest: digest, size: item.size, content: empty ? Data() : nil))
+        } catch let RemoteError.refused(code, _, current) where code == .nameExists {
+            return try await nameTaken(by: current, for: item.ino)
+        } catch let RemoteError.refused(code, _, _) where code == .itemIDTaken {
+            return try await adoptLostCreate(item, parentID: parentID)
+        } catch let RemoteError.refused(code, _, _) where code == .blobNotFound {
+            let path = try store.read { try $0.path(of: item.ino) }
+            runAfterCommit(try store.write { w in
+                var effects = EffectsAfterCommit()
+                guard let row = try w.reader.item(item.ino), row.revision == nil, row.contentOnlyOnServer else { return effects }
+                try deleteSubtree(row.ino, w)
+                if let parent = row.parent { effects.invalidations += [.entry(parent: parent, name: row.name), .inode(parent)] }
+                effects.invalidations.append(.inode(row.ino))
+                effects.dropContent.append(row.ino)
+                effects.events.append(MountEvent(.reconciled, path: path, detail: "deleted elsewhere, and its content is gone from the server; the deletion stands"))
+                return effects
+            })
+            return .done
+        }
+        let followUps = try store.write { w -> Bool in
+            if let seq { try w.dequeue(seq) }
+            guard var row = try w.reader.item(item.ino), row.itemID == result.id else { return false }
+            row.takeRevision(of: result)
+            row.uploadError = nil
+            try settleXattrChanges(row, heldByServer: result, w)
+            try w.update(row)
+            return try followUpCreate(item, result, w)
+        }
+        if followUps { outboxSignal.yield() }
+        setConnected(true, error: nil)
+        return .done
     }
 
     /// Records a successful upload, in one transaction with what changed while it was in

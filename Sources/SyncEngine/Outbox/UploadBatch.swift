@@ -31,7 +31,8 @@ extension SyncEngine {
     static func uploadShape(_ entry: OutboxEntry, of item: LocalItem?, _ r: LocalReader) throws -> UploadShape {
         guard entry.op == .content, let item, let parent = item.parent else { return .dependent }
         if parent != LocalItem.rootIno, try r.item(parent)?.revision == nil { return .dependent }
-        return item.kind == .file && item.revision == nil && item.size <= Int64(SyncProtocol.maxInlineContent) ? .smallCreate : .single
+        let small = item.kind == .file && item.revision == nil && item.size <= Int64(SyncProtocol.maxInlineContent)
+        return small && !item.contentOnlyOnServer ? .smallCreate : .single
     }
 
     /// How many of the entries after `first` (the head of `queue`) may join its batch: the run
