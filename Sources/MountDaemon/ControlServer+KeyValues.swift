@@ -23,11 +23,11 @@ extension ControlServer {
             // Well past what a value may have, so that a value too large is refused as one by the
             // engine (a quota violation, reported to `kv watch`), not as a request too large.
             let body = try await request.collectBody(upTo: 16 * KeyValueLimits.maxValueBytes)
-            return try json(write { try engine.setKeyValue(key, json: Data(body.readableBytesView)) })
+            return try json(keyValueWrite { try engine.setKeyValue(key, json: Data(body.readableBytesView)) })
         }
         router.post(RouterPath(ControlPath.keyValueRemove)) { request, _ in
             let key = String(request.uri.queryParameters["key"] ?? "")
-            return try json(write { try engine.removeKeyValue(key) })
+            return try json(keyValueWrite { try engine.removeKeyValue(key) })
         }
         router.get(RouterPath(ControlPath.keyValueWatch)) { _, _ in
             let (notices, cancel) = engine.keyValueNotices.subscribe()
@@ -52,7 +52,7 @@ extension ControlServer {
         }
     }
 
-    func write(_ body: () throws -> Void) throws -> KeyValueWriteReport {
+    func keyValueWrite(_ body: () throws -> Void) throws -> KeyValueWriteReport {
         do {
             try body()
             return KeyValueWriteReport()
