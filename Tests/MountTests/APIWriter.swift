@@ -7,12 +7,12 @@ import TestSupport
 /// seed's folder by path. Each step either applies or is dropped (a refusal, a server that is
 /// being restarted): the writer reports the tokens whose content the server took.
 struct APIWriter {
-    let server: ServerProcess
+    /// Logged in as alice.
+    let http: TestHTTP
     let folder: String
 
     /// Runs the steps one after the other; returns the tokens of the contents the server took.
     func run(_ steps: [RandomScript.HTTPStep]) async -> [String] {
-        guard let http = try? await TestHTTP(baseURL: server.baseURL).login("alice", "alice-pw") else { return [] }
         var kept: [String] = []
         for step in steps {
             if let token = try? await apply(step, http) { kept.append(token) }

@@ -174,6 +174,51 @@ import Testing
 
     /// An earlier content, listed with `ubiq versions --all` on one device and restored there,
     /// becomes current on both devices.
+    /// Both devices resolve the same conflict while the server is away, A keeping the conflict
+    /// version and B the current content: the first resolution to reach the server stands, the
+    /// other settles on it, and no content is lost that nobody chose to drop (a content a
+    /// `--keep VERSION` replaces stays as an earlier version).
+    @Test func twoDevicesResolvingOneConflictAtOnceSettleOnOneResolution() async throws {
+        try await withDevices(["A", "B"], serverArguments: ["--keep-versions", "1d"]) { server, devices in
+            let (a, b) = (devices[0], devices[1])
+            let (current, loser) = try await editOnBothWhileOffline(server, a, b)
+            let versions = try await a.ubiq(["versions", a.mountpoint + "/notes.txt", "--json"])
+            let lines = versions.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            let version = try #require(lines.first { $0["kind"] as? String == "conflict" }?["version"] as? String, "\(versions)")
+
+            server.kill9()
+            try await eventually("A and B to notice they are offline") {
+                let (onA, onB) = (try await a.status().connected, try await b.status().connected)
+                return !onA && !onB
+            }
+            let keepVersion = try await a.ubiq(["resolve", a.mountpoint + "/notes.txt", "--keep", version])
+            let keepCurrent = try await b.ubiq(["resolve", b.mountpoint + "/notes.txt", "--keep-current"])
+            #expect(keepVersion.status == 0 && keepCurrent.status == 0, "\(keepVersion) \(keepCurrent)")
+            try await server.restart(samePort: true)
+
+            var seen: [String] = []
+            try await a.expectEventually("both devices to settle on one content, with no conflict left (last seen: \(seen))", timeout: .seconds(30), devices: [a, b]) {
+                seen = []
+                for device in [a, b] {
+                    seen.append(try await device.sh(#"cat "$M/notes.txt""#).stdout)
+                    seen.append(try await device.xattr("notes.txt", "user.ubiq.hasUnresolvedConflicts") ?? "?")
+                    seen.append(try await device.xattr("notes.txt", "user.ubiq.isUploaded") ?? "?")
+                }
+                return seen[0] == seen[3] && [seen[1], seen[2], seen[4], seen[5]] == ["0", "1", "0", "1"]
+            }
+            let settled = seen[0]
+            #expect([current, loser].contains(settled), "\(settled)")
+            let item = try #require(try await serverItem(server, named: "notes.txt"))
+            #expect(item.conflicts.isEmpty)
+            #expect(item.digest == sha256(Data(settled.utf8)))
+            if settled == loser {
+                // A's choice stood: the content it replaced is kept as an earlier version.
+                let all = try await b.ubiq(["versions", b.mountpoint + "/notes.txt", "--all", "--json"])
+                #expect(all.stdout.contains(sha256Hex(Data(current.utf8))), "\(all.stdout)")
+            }
+        }
+    }
+
     @Test func anEarlierVersionRestoredOnOneDeviceIsCurrentOnBoth() async throws {
         try await withDevices(["A", "B"]) { server, devices in
             let (a, b) = (devices[0], devices[1])

@@ -40,11 +40,14 @@ struct RandomConvergenceTests {
 
     @Test func randomOperationsOnTwoMountsAndTheAPIConverge() async throws {
         try await withRelayedDevices { server, devices, relays in
+            // One login for the run: a login costs the server a password hash (about half a
+            // second in a debug build), and the token outlives the restarts.
+            let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "alice-pw")
             var failures = 0
             for index in 0..<Self.seedCount {
                 let seed = Self.firstSeed &+ UInt64(index)
                 let started = ContinuousClock.now
-                let failure = try await runSeed(seed, folder: "r\(index)", server: server, devices: devices, relays: relays)
+                let failure = try await runSeed(seed, folder: "r\(index)", server: server, http: http, devices: devices, relays: relays)
                 print("seed \(seed): \(failure == nil ? "passed" : "FAILED") in \(ContinuousClock.now - started)")
                 guard let failure else { continue }
                 Issue.record("seed \(seed) failed (UBIQ_SEED=\(seed) UBIQ_SEEDS=1 to replay):\n\(failure)")
@@ -55,10 +58,10 @@ struct RandomConvergenceTests {
     }
 
     /// Runs one seed; returns what went wrong, nil when every check holds.
-    func runSeed(_ seed: UInt64, folder: String, server: ServerProcess, devices: [TestDevice], relays: [ThrottledRelay]) async throws -> String? {
+    func runSeed(_ seed: UInt64, folder: String, server: ServerProcess, http: TestHTTP, devices: [TestDevice], relays: [ThrottledRelay]) async throws -> String? {
         let script = RandomScript(seed: seed, folder: folder)
-        try await makeStartingTree(folder, server: server, devices: devices)
-        let writer = APIWriter(server: server, folder: folder)
+        try await makeStartingTree(folder, http: http, devices: devices)
+        let writer = APIWriter(http: http, folder: folder)
         var kept: [String] = []
         for (r, round) in script.rounds.enumerated() {
             if let cut = script.disruption.cut, cut.round == r { relays[cut.device].cut() }
@@ -70,12 +73,11 @@ struct RandomConvergenceTests {
             if round.keeps { kept += Self.closedTokens(a.stdout) + Self.closedTokens(b.stdout) + api }
         }
         for relay in relays { relay.rejoin() }
-        return await check(folder, kept: kept, script: script, server: server, devices: devices)
+        return await check(folder, kept: kept, script: script, http: http, devices: devices)
     }
 
     /// The seed's folder with a few files and folders, made through the API, once both mounts show it.
-    func makeStartingTree(_ folder: String, server: ServerProcess, devices: [TestDevice]) async throws {
-        let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "alice-pw")
+    func makeStartingTree(_ folder: String, http: TestHTTP, devices: [TestDevice]) async throws {
         let top = try await http.createFolder(.default, name: folder)
         let d0 = try await http.createFolder(.default, parent: top.id, name: "d0")
         _ = try await http.createFolder(.default, parent: top.id, name: "d1")
@@ -91,13 +93,13 @@ struct RandomConvergenceTests {
     /// Waits for quiet (no device has anything of the seed to send, and the three views agree;
     /// not the devices' whole outboxes, which an earlier failed seed may hold up), then checks
     /// the tokens. Returns the failure, with what differed and each device's diagnostics.
-    func check(_ folder: String, kept: [String], script: RandomScript, server: ServerProcess, devices: [TestDevice]) async -> String? {
+    func check(_ folder: String, kept: [String], script: RandomScript, http: TestHTTP, devices: [TestDevice]) async -> String? {
         var last: [String] = ["nothing read yet"]
         var serverFiles: [ItemMetadata] = []
         do {
             try await eventually(timeout: .seconds(90), "quiet") {
                 last = []
-                guard let read = try? await SeedFolderView.of(server, folder: folder) else {
+                guard let read = try? await SeedFolderView.of(http, folder: folder) else {
                     last = ["the server's tree unreadable"]
                     return false
                 }
@@ -117,7 +119,7 @@ struct RandomConvergenceTests {
             return await report("not the same tree once quiet:\n" + last.joined(separator: "\n"), script, devices)
         }
         do {
-            let contents = try await SeedFolderView.contents(of: serverFiles, on: server)
+            let contents = try await SeedFolderView.contents(of: serverFiles, via: http)
             let missing = kept.filter { token in !contents.contains { $0.range(of: Data(token.utf8)) != nil } }
             if !missing.isEmpty {
                 return await report("closed in the last round and lost: \(missing)", script, devices)

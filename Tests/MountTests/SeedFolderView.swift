@@ -77,8 +77,7 @@ struct SeedFolderView {
     }
 
     /// As the server holds it (its HTTP API), with each file's item for the content check.
-    static func of(_ server: ServerProcess, folder: String) async throws -> (view: SeedFolderView, files: [ItemMetadata]) {
-        let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "alice-pw")
+    static func of(_ http: TestHTTP, folder: String) async throws -> (view: SeedFolderView, files: [ItemMetadata]) {
         var view = SeedFolderView()
         var files: [ItemMetadata] = []
         func children(_ id: ItemID) async throws -> [ItemMetadata] {
@@ -107,8 +106,7 @@ struct SeedFolderView {
     }
 
     /// Every content the server keeps for `files`: the current one and each conflict version's.
-    static func contents(of files: [ItemMetadata], on server: ServerProcess) async throws -> [Data] {
-        let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "alice-pw")
+    static func contents(of files: [ItemMetadata], via http: TestHTTP) async throws -> [Data] {
         var digests: Set<ContentDigest> = []
         for file in files {
             if let d = file.digest { digests.insert(d) }
