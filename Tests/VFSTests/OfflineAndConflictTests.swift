@@ -629,6 +629,31 @@ struct ConflictTests {
         }
     }
 
+    @Test("a move into a folder deleted on the server before the feed says so: the folder comes back with the moved item, which stays one item")
+    func moveIntoAFolderDeletedElsewhere() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let folder = try h.remote.otherDevice.createFolder("d1")
+        _ = try h.remote.otherDevice.createFile("f0", content: Array("moved".utf8))
+        let d1 = try await h.running([.changeFeed]) {
+            _ = try await h.appeared("/f0")
+            return try await h.appeared("/d1")
+        }
+        try h.fs.rename(parent: rootIno, name: n("f0"), newParent: d1, newName: n("nA1"), noReplace: true, exchange: false)
+        _ = try h.remote.otherDevice.delete(folder.id)
+        // The move is refused before this device hears of the deletion; then the feed runs.
+        try await h.running([.outbox]) {
+            try await eventually("the move to be refused") { h.remote.calls(.updateItem) >= 1 && h.remote.answered(.updateItem) >= 1 }
+            let feed = Task { try await h.engine.changeFeed.run() }
+            defer { feed.cancel() }
+            try await eventually("the folder to come back with the moved file") {
+                try h.outbox().isEmpty && h.remote.content(atPath: "/d1/nA1") == Array("moved".utf8)
+            }
+        }
+        #expect(h.remote.tree().keys.sorted() == ["/d1", "/d1/nA1"], "one file, in the folder made anew")
+        #expect(try h.children() == ["d1"])
+    }
+
     @Test("rename versus delete of a file never downloaded here: the rename wins and the item comes back with the server's content", arguments: [false, true])
     func renameOfAPlaceholderVersusDelete(chmodToo: Bool) async throws {
         let h = try Harness()

@@ -138,6 +138,13 @@ extension SyncEngine {
             } catch let RemoteError.refused(code, _, current) where code == .nameExists {
                 return try await nameTaken(by: current, for: item.ino)
             } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
+                // A move into a folder deleted on the server is "not found" too, for the
+                // folder, while the item itself is still there: made anew, it would be there
+                // twice. The folder's deletion, once the feed brings it, makes the folder anew
+                // here (a change below it wins), and the move then goes into that.
+                if entry.op == .move, (try? await remote.item(item.itemID)) != nil {
+                    return .later("the folder it moves into was deleted on the server", after: .seconds(1), offline: false)
+                }
                 return try resurrectLocal(item.ino)
             } catch let RemoteError.refused(code, _, _) where code == .invalidMove && entry.op == .move {
                 return try await keepServerFolder(item)
