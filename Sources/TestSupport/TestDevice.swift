@@ -96,7 +96,7 @@ public final class TestDevice: @unchecked Sendable {
         let status = (try? await ubiq(["status", "--json", "--mount", mountpoint]))?.stdout ?? "?"
         let listing = (try? await sh(#"cd "$M" && ls -laR . 2>&1 | head -50; getfattr -R -d -m 'user.ubiq.(uploadingError|downloadingError|revision)' . 2>/dev/null | head -60"#))?.stdout ?? "?"
         let log = ((try? String(contentsOfFile: cache + "/daemon.log", encoding: .utf8)) ?? "").split(separator: "\n").suffix(15).joined(separator: "\n")
-        let rows = (try? await sh("sqlite3 \(cache)/accounts/*/state.sqlite 'select ino, item_id, name, revision, server_digest, content, cached_bytes, upload_error, download_error from items; select * from outbox' 2>&1"))?.stdout ?? ""
+        let rows = (try? await sh("sqlite3 \(cache)/accounts/*/state.sqlite 'select ino, item_id, name, revision, server_digest, content, cached_bytes, upload_error, download_error from items; select * from outbox; select * from xattr_changes; select item_id, revision from held_changes' 2>&1"))?.stdout ?? ""
         return "[\(name)] status: \(status)\n\(listing)\nrows:\n\(rows)\nlog:\n\(log)"
     }
 

@@ -47,26 +47,37 @@ extension FileSystem {
     }
 
     public func open(_ ino: Int64, flags: Int32) async throws(FSError) -> Opened {
-        let item = try openable(ino)
-        guard item.kind == .file else { throw .isADirectory }
-        if Self.isWritable(flags) { try refuseChange(of: item) }
-        let waited = Self.needsContent(item, flags: flags, openForWriting: openFiles.isOpenForWriting(ino))
-        if waited {
-            do {
-                if Self.isWritable(flags) {
-                    // Writing into the middle of a file needs all of it here first.
-                    try await content.waitForContent(item, range: 0..<item.size)
-                } else {
-                    try await content.prepareForReading(item)
+        // Again while a server change lands between the download and the open (see
+        // `finishOpen`): each round fetches the newer version. A file changed faster than it
+        // downloads, round after round, fails the open rather than hold it for ever.
+        for _ in 0..<Self.opensAfterServerChanges {
+            let item = try openable(ino)
+            guard item.kind == .file else { throw .isADirectory }
+            if Self.isWritable(flags) { try refuseChange(of: item) }
+            let waited = Self.needsContent(item, flags: flags, openForWriting: openFiles.isOpenForWriting(ino))
+            if waited {
+                do {
+                    if Self.isWritable(flags) {
+                        // Writing into the middle of a file needs all of it here first.
+                        try await content.waitForContent(item, range: 0..<item.size)
+                    } else {
+                        try await content.prepareForReading(item)
+                    }
+                } catch {
+                    throw Self.fsError(error)
                 }
-            } catch {
-                throw Self.fsError(error)
             }
+            let wasLocal = item.content.isWhole
+            // After a download the row changed: read it again. Another version than the one
+            // waited for: wait for that one.
+            let now = waited ? try self.item(ino) : item
+            if now.revision != item.revision || now.serverDigest != item.serverDigest { continue }
+            if let opened = try finishOpen(now, flags: flags, wasLocal: wasLocal) { return opened }
         }
-        let wasLocal = item.content.isWhole
-        // After a download the row changed: read it again.
-        return try finishOpen(waited ? try self.item(ino) : item, flags: flags, wasLocal: wasLocal)
+        throw .io
     }
+
+    static let opensAfterServerChanges = 8
 
     /// The open, answered at once, when it needs no download first (content here, or a
     /// truncating open); nil when it does (then the caller uses `open`, in a task). Most opens
@@ -76,6 +87,7 @@ extension FileSystem {
         guard item.kind == .file else { throw .isADirectory }
         if Self.isWritable(flags) { try refuseChange(of: item) }
         if Self.needsContent(item, flags: flags, openForWriting: openFiles.isOpenForWriting(ino)) { return nil }
+        // nil also when a server change landed meanwhile: `open` then fetches it.
         return try finishOpen(item, flags: flags, wasLocal: item.content.isWhole)
     }
 
@@ -99,7 +111,7 @@ extension FileSystem {
         if content.isConnected {
             // Started first: its request is on its way while the handle is made.
             content.downloadNow(item)
-            answer(try finishOpen(item, flags: flags, wasLocal: false))
+            answer(try finishReadOnlyOpen(item, flags: flags))
             return true
         }
         // The download starts first, so that its request is on its way while the handle is
@@ -119,7 +131,7 @@ extension FileSystem {
             if let opened { finish(opened, landed) }
         }
         let opened: Opened
-        do { opened = try finishOpen(item, flags: flags, wasLocal: false) } catch {
+        do { opened = try finishReadOnlyOpen(item, flags: flags) } catch {
             // The open fails now; the download it started goes on for the next reader.
             rendezvous.withLock { $0.failed = true }
             throw error
@@ -146,7 +158,19 @@ extension FileSystem {
         return !truncate && (item.content == .placeholder || (item.content == .stale && !openForWriting))
     }
 
-    func finishOpen(_ item: LocalItem, flags: Int32, wasLocal: Bool) throws(FSError) -> Opened {
+    /// `finishOpen` of an open for reading, which never has to start again.
+    func finishReadOnlyOpen(_ item: LocalItem, flags: Int32) throws(FSError) -> Opened {
+        guard let opened = try finishOpen(item, flags: flags, wasLocal: false) else { throw .io }
+        return opened
+    }
+
+    /// The handle, once the content the open needs is here. Nil for an open that writes into
+    /// the content (not truncating) when a server change replaced that content since `item`
+    /// was read: the writer would edit an older version's bytes with the newer revision as
+    /// its base, and its upload would go over the other device's edit. Such a writer is
+    /// counted in one transaction with a last look at the row, because the feed applies a
+    /// change in a transaction and holds it for every writer counted by then.
+    func finishOpen(_ item: LocalItem, flags: Int32, wasLocal: Bool) throws(FSError) -> Opened? {
         let ino = item.ino
         let writable = Self.isWritable(flags)
         let truncate = writable && (flags & O_TRUNC) != 0
@@ -157,20 +181,41 @@ extension FileSystem {
         let excluded = writable ? ((try? store.read { try $0.isExcluded(ino) }) ?? false) : false
         // A stale copy here is whole (a refresh makes the row a placeholder first).
         let local = item.content.isWhole || item.content == .stale
-        let opening = openFiles.open(Handle(ino: ino, fd: fd, writable: writable, excluded: excluded,
-                                            digest: local ? nil : item.serverDigest, knownLocal: local))
-        let handle = opening.handle
+        let handle = Handle(ino: ino, fd: fd, writable: writable, excluded: excluded, digest: local ? nil : item.serverDigest, knownLocal: local)
+        let opening: OpenFiles.Opening
+        if writable && !truncate {
+            let counted: OpenFiles.Opening?
+            do {
+                counted = try store.write { [openFiles] w -> OpenFiles.Opening? in
+                    guard let row = try w.reader.item(ino), row.revision == item.revision, row.serverDigest == item.serverDigest else { return nil }
+                    // Joining a writer of the old copy is what `needsContent` allowed.
+                    if row.content == .stale && !openFiles.isOpenForWriting(ino) { return nil }
+                    return openFiles.open(handle)
+                }
+            } catch {
+                close(fd)
+                throw Self.fsError(error)
+            }
+            guard let counted else {
+                close(fd)
+                return nil
+            }
+            opening = counted
+        } else {
+            opening = openFiles.open(handle)
+        }
+        let handleID = opening.handle
         if truncate {
             do { try setSize(ino, 0, fd: fd) } catch {
-                release(handle)
+                release(handleID)
                 throw error
             }
-            markWritten(handle)
+            markWritten(handleID)
         }
         content.didAccess(ino)
         // Truncated: the row changed (read it again), and the kernel's cached pages are old.
         let shown = try truncate ? self.item(ino) : item
-        return Opened(handle: handle, keepCache: wasLocal && !truncate && !opening.pagesOfOldCopy, attributes: attributes(of: shown),
+        return Opened(handle: handleID, keepCache: wasLocal && !truncate && !opening.pagesOfOldCopy, attributes: attributes(of: shown),
                       flushOnClose: writable, directIO: opening.oldCopyOpen)
     }
 }
