@@ -654,6 +654,30 @@ struct ConflictTests {
         #expect(try h.children() == ["d1"])
     }
 
+    @Test("an attribute set here on a file another device moved into a folder this device has not seen yet: both apply, and the file shows in its new place")
+    func attributeVersusAMoveIntoAFolderNotYetHere() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let file = try h.remote.otherDevice.createFile("f1", content: Array("moved away".utf8))
+        let ino = try await h.running([.changeFeed]) { try await h.appeared("/f1") }
+        let folder = try h.remote.otherDevice.createFolder("d1")
+        _ = try h.remote.otherDevice.move(file.id, to: "nB10", parent: folder.id)
+        try h.fs.setXattr(ino, name: "user.t.k1", value: Array("A436".utf8), create: false, replace: false)
+        // The attribute is refused for the move before this device hears of the folder.
+        try await h.running([.outbox]) {
+            try await eventually("the attribute to be refused") { h.remote.answered(.setXattrs) >= 1 }
+            let feed = Task { try await h.engine.changeFeed.run() }
+            defer { feed.cancel() }
+            try await eventually("the attribute on the server, in the moved file") {
+                try h.outbox().isEmpty && h.remote.liveItem(file.id)?.xattrs["user.t.k1"] == Data("A436".utf8)
+            }
+            try await eventually("the file in its new place here") { try h.fs.lookup(parent: rootIno, name: n("f1")) == nil }
+        }
+        let d1 = try h.requireIno("/d1")
+        #expect(try h.children(d1) == ["nB10"])
+        #expect(try h.xattr(try h.requireIno("/d1/nB10"), "user.t.k1") == "A436")
+    }
+
     @Test("rename versus delete of a file never downloaded here: the rename wins and the item comes back with the server's content", arguments: [false, true])
     func renameOfAPlaceholderVersusDelete(chmodToo: Bool) async throws {
         let h = try Harness()

@@ -77,10 +77,16 @@ extension SyncEngine {
 
     /// `takeServerFolder`: the server's folder wins even over a queued local move, whose name
     /// still goes up (`keepServerFolder`).
-    func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false, takeServerFolder: Bool = false) throws {
-        let (inval, effects) = try store.write { w -> ([KernelInvalidation], EffectsAfterCommit) in
+    /// `onlyWithItsPlace`: nothing is taken, and false is returned, when the server moved the
+    /// item into a folder this device does not have yet (its create is still on the feed's
+    /// way): taking the revision without the place would make the feed's change of it look
+    /// old, and the move would never show here. The caller tries again once the feed has
+    /// brought the folder.
+    @discardableResult
+    func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false, takeServerFolder: Bool = false, onlyWithItsPlace: Bool = false) throws -> Bool {
+        let (taken, inval, effects) = try store.write { w -> (Bool, [KernelInvalidation], EffectsAfterCommit) in
             var effects = EffectsAfterCommit()
-            guard var item = try w.reader.item(ino) else { return ([], effects) }
+            guard var item = try w.reader.item(ino) else { return (true, [], effects) }
             var out: [KernelInvalidation] = [.inode(ino)]
             // What changed on the server applies here too, except what a local change still
             // queued will send (the feed skipped those changes while this one waited). The
@@ -88,6 +94,9 @@ extension SyncEngine {
             // local chmod or touch is; its attributes unless a local change of them is.
             let queued = try w.reader.queuedOps(for: ino)
             let localMove = queued.contains(.move)
+            if onlyWithItsPlace, !localMove, let parentID = current.parentID, try w.reader.item(id: parentID) == nil {
+                return (false, [], effects)
+            }
             if !queued.contains(.attributes) { item.mode = current.mode }
             if !queued.contains(.xattrs) {
                 item.xattrs = current.xattrs
@@ -116,9 +125,12 @@ extension SyncEngine {
             if !keepContent { takeServerContent(&item, from: current, keepModified: queued.contains(.attributes), &effects) }
             try w.update(item)
             try noteConflicts(of: item, hadConflicts: hadConflicts, w.reader, &effects)
-            return (out, effects)
+            return (true, out, effects)
         }
         runAfterCommit(effects)
         observer.invalidate(inval)
+        return taken
     }
+
+    static let waitingForServerFolder = "waiting for the folder another device moved it into"
 }

@@ -74,7 +74,9 @@ extension SyncEngine {
             let heldNow = try store.read { try $0.item(item.ino) }?.serverDigest
             if current.digest == item.serverDigest || current.digest == heldNow {
                 // Only metadata changed on the server (a rename, a chmod): both apply.
-                try rebase(item.ino, on: current, keepContent: true)
+                guard try rebase(item.ino, on: current, keepContent: true, onlyWithItsPlace: true) else {
+                    return .later(Self.waitingForServerFolder, after: .seconds(1), offline: false)
+                }
                 return .again
             }
             if let theirs = current.digest, try store.read({ try $0.sentContentDigests(of: item.itemID) }).contains(theirs) {

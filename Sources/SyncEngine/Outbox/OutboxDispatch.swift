@@ -133,7 +133,9 @@ extension SyncEngine {
                     return edit
                 }
                 // Metadata changes apply on top of whatever changed meanwhile: rebase and resend.
-                try rebase(item.ino, on: current)
+                guard try rebase(item.ino, on: current, onlyWithItsPlace: true) else {
+                    return .later(Self.waitingForServerFolder, after: .seconds(1), offline: false)
+                }
                 return .again
             } catch let RemoteError.refused(code, _, current) where code == .nameExists {
                 return try await nameTaken(by: current, for: item.ino)
