@@ -63,12 +63,20 @@ extension SyncEngine {
     /// closed without writing left the device on the old version for good: the feed had moved
     /// past the change. (After a write, the upload goes up with its base revision and its
     /// answer settles the item.)
-    func applyHeldChange(of ino: Int64) {
+    ///
+    /// `afterTheFeed`: looked up in a write transaction, which waits for a feed transaction
+    /// under way. The close of a writer needs it: the feed decides to hold a change for the
+    /// writers in memory, inside its transaction, and a close that read the index before that
+    /// transaction committed found nothing held, and the change stayed held for good (the
+    /// random run saw a move of another device never show). The outbox's answers need not:
+    /// the feed decides those by the queue, in the database, where transactions take turns.
+    func applyHeldChange(of ino: Int64, afterTheFeed: Bool = false) {
+        func lookUp(_ r: LocalReader) throws -> (ItemID, Data)? {
+            guard let item = try r.item(ino), let held = try r.heldChange(of: item.itemID) else { return nil }
+            return (item.itemID, held.json)
+        }
         do {
-            guard let (id, json) = try store.read({ r -> (ItemID, Data)? in
-                guard let item = try r.item(ino), let held = try r.heldChange(of: item.itemID) else { return nil }
-                return (item.itemID, held.json)
-            }) else { return }
+            guard let (id, json) = try afterTheFeed ? store.write({ try lookUp($0.reader) }) : store.read(lookUp) else { return }
             let change = try JSONDecoder().decode(ItemChange.self, from: json)
             let invalidations = try apply([change], cursor: nil, releasing: id)
             if !invalidations.isEmpty { observer.invalidate(invalidations) }
@@ -78,11 +86,16 @@ extension SyncEngine {
     }
 
     /// At start: the held changes of items whose answers were recorded before a stop.
-    func applyHeldChanges() {
+    /// `onlySettled`: only the items that nothing holds any more (no change of theirs queued,
+    /// no writer): a safety net after each pass of the outbox, for a release that a path
+    /// without its own call missed (an entry sent on behalf of another, as a folder's create
+    /// for its child's upload), so that no change stays held for good.
+    func applyHeldChanges(onlySettled: Bool = false) {
         do {
             let inos = try store.read { r in try r.itemsWithHeldChanges().compactMap { id -> Int64? in
                 // Gone here: nothing to apply it to (its deletion's echo would drop it).
                 guard let item = try r.item(id: id) else { return nil }
+                if onlySettled, try r.pendingOps(for: item.ino) > 0 || item.content == .dirty || openFiles.isOpenForWriting(item.ino) { return nil }
                 return item.ino
             } }
             for ino in inos { applyHeldChange(of: ino) }

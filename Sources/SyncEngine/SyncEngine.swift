@@ -91,7 +91,7 @@ public final class SyncEngine: Sendable {
 
     /// A descriptor of the file was closed: what its close left to do (`OpenFiles.closed`).
     public func fileClosed(_ ino: Int64, then after: OpenFiles.AfterClose) {
-        if after.applyHeldChange { applyHeldChange(of: ino) }
+        if after.applyHeldChange { applyHeldChange(of: ino, afterTheFeed: true) }
         if after.kernelMustForget { observer.invalidate([.inode(ino)]) }
         if after.revertToServerVersion { revertToServerVersion(ino) }
         if after.wakeOutbox { outboxSignal.yield() }

@@ -160,6 +160,7 @@ extension SyncEngine {
             // Offline or cancelled: let what is in flight finish and record how it went.
             while await waitForOne() {}
         }
+        applyHeldChanges(onlySettled: true)
     }
 
     /// While uploads are in flight, the outbox is read again this often: entries queued since
