@@ -121,6 +121,30 @@ struct RecoveryTests {
         }
     }
 
+    @Test("a file whose lost create another device then edited takes that edit: its content is the base of it, not a conflict",
+          arguments: [5_000, 300_000])  // in a batch, and alone
+    func lostCreateAnswerThenEditedElsewhere(size: Int) async throws {
+        let h = try Harness()
+        defer { h.close() }
+        h.remote.loseAnswer(.createItem, times: 1_000)
+        h.remote.loseAnswer(.createItems, times: 1_000)
+        let ino = try h.writeNewFile("mine.bin", pattern(size, seed: 1))
+        try h.writeNewFile("other.txt", Array("other".utf8))
+        let theirs = pattern(size + 7, seed: 3)
+        try await h.running([.outbox]) {
+            try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
+            let id = try #require(h.remote.item(atPath: "/mine.bin")).id
+            _ = try h.remote.otherDevice.updateContent(id, to: theirs)
+            h.remote.stopLosingAnswers()
+            try await eventually("the retries to settle") { try h.outbox().isEmpty }
+            #expect(h.remote.content(of: id) == theirs, "the other device's edit stands")
+            #expect(h.remote.liveItem(id)?.conflicts.isEmpty == true, "no conflict with this device's own create")
+            #expect(try h.local(ino)?.itemID == id)
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(try await h.read(ino) == theirs)
+        }
+    }
+
     @Test("a folder whose lost create another device then renamed keeps that name, and a rename here after the create still goes up")
     func lostFolderCreateAnswerThenRenamedElsewhere() async throws {
         let h = try Harness()

@@ -92,7 +92,7 @@ extension SyncEngine {
                 return .again
             }
             // The content changed on the server too: never overwrite it.
-            guard let base = item.revision else { return Self.contentConflict(current) }
+            guard let base = item.revision else { return try await takeContentEditedSinceCreate(item, current) ?? Self.contentConflict(current) }
             return try await keepAsConflictVersion(item, base: base, digest: digest, size: size, content: inline, generation: generation, seq: seq)
         } catch let RemoteError.refused(code, _, current) where code == .nameExists {
             return try await nameTaken(by: current, for: item.ino)

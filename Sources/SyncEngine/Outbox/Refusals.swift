@@ -1,3 +1,4 @@
+import Foundation
 import ItemModel
 import LocalState
 import SyncAPI
@@ -23,7 +24,7 @@ extension SyncEngine {
             return try resurrectLocal(item.ino)  // created and deleted since: the ID stays taken
         }
         if item.kind == .file, try !store.read({ try $0.sentContentDigests(of: item.itemID) }).contains(current.digest ?? .empty) {
-            return Self.contentConflict(current)
+            return try await takeContentEditedSinceCreate(item, current) ?? Self.contentConflict(current)
         }
         let moved = try store.write { w -> [KernelInvalidation] in
             guard var row = try w.reader.item(item.ino), row.itemID == current.id, row.revision == nil else { return [] }
@@ -76,6 +77,44 @@ extension SyncEngine {
 
     /// Two devices edited the same base and the server has the other one's: this device's
     /// change waits, retried every 30 s, with the reason in uploadingError.
+    /// A create of this device landed (its answer was lost) and another device edited the
+    /// content since. When what this file holds is one of the item's earlier contents on the
+    /// server (the create's), the server's content descends from it: the row takes the
+    /// server's revision, and its content becomes stale (the newer one is read on the next
+    /// open). Nil when it is not (this device edited the file again meanwhile: that edit and
+    /// the other device's are a conflict). The contents this device sent do not tell: a
+    /// digest is noted before each attempt, whether or not the attempt landed.
+    func takeContentEditedSinceCreate(_ item: LocalItem, _ current: ItemMetadata) async throws -> Outcome? {
+        guard item.kind == .file, item.content == .dirty, let generation = openFiles.uploadableGeneration(item.ino) else { return nil }
+        let path = try cache.snapshot(item.ino)
+        defer { unlink(path) }
+        let (digest, _) = try Self.hashFile(path)
+        guard try await remote.earlierVersions(of: current.id).contains(where: { $0.digest == digest }) else { return nil }
+        let (taken, effects) = try store.write { w -> (Bool, EffectsAfterCommit) in
+            var effects = EffectsAfterCommit()
+            guard openFiles.writeGeneration(item.ino) == generation, var row = try w.reader.item(item.ino),
+                  row.itemID == current.id, row.revision == nil, row.content == .dirty
+            else { return (false, effects) }
+            row.takeRevision(of: current)
+            row.serverDigest = current.digest
+            row.size = current.size
+            row.modified = current.modified
+            row.content = .stale
+            row.uploadError = nil
+            try w.update(row)
+            try w.forgetSentContents(of: row.ino)
+            _ = openFiles.uploaded(item.ino, generation: generation, stillDirty: true)
+            effects.invalidations.append(.inode(row.ino))
+            effects.events.append(MountEvent(.changed, path: try w.reader.path(of: row.ino)))
+            return (true, effects)
+        }
+        guard taken else { return .again }
+        runAfterCommit(effects)
+        observer.invalidate(effects.invalidations)
+        // The rest of the create (its place, mode, attributes) is settled as for any lost create.
+        return .again
+    }
+
     static func contentConflict(_ current: ItemMetadata) -> Outcome {
         .later("conflict: the server has a newer version (revision \(current.revision)); this device's edit is kept and not uploaded", after: .seconds(30), offline: false)
     }
