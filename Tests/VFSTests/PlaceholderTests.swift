@@ -403,6 +403,10 @@ struct PlaceholderTests {
             let closedIno = try await h.appeared("/d/closed.txt")
             #expect(try await h.read(openIno) == Array("0123456789".utf8))
             #expect(try await h.read(closedIno) == Array("closed".utf8))
+            // A read returns once the bytes are in; the download is recorded a moment later.
+            try await eventually("both downloads to be recorded") {
+                try h.downloadingStatus(openIno) == "current" && h.downloadingStatus(closedIno) == "current"
+            }
             let writer = try await h.fs.open(openIno, flags: O_RDWR)
             #expect(errnoOf { try h.fs.setXattr(dir, name: "user.ubiq.downloadingStatus", value: n("notDownloaded"), create: false, replace: false) } == EBUSY)
             #expect(try h.downloadingStatus(closedIno) == "notDownloaded")

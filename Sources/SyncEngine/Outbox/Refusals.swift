@@ -75,8 +75,6 @@ extension SyncEngine {
         return (parent.ino, current.name)
     }
 
-    /// Two devices edited the same base and the server has the other one's: this device's
-    /// change waits, retried every 30 s, with the reason in uploadingError.
     /// A create of this device landed (its answer was lost) and another device edited the
     /// content since. When what this file holds is one of the item's earlier contents on the
     /// server (the create's), the server's content descends from it: the row takes the
@@ -85,14 +83,19 @@ extension SyncEngine {
     /// the other device's are a conflict). The contents this device sent do not tell: a
     /// digest is noted before each attempt, whether or not the attempt landed.
     func takeContentEditedSinceCreate(_ item: LocalItem, _ current: ItemMetadata) async throws -> Outcome? {
-        guard item.kind == .file, item.content == .dirty, let generation = openFiles.uploadableGeneration(item.ino) else { return nil }
+        // Not while a writer has it open: its next write would go into the stale copy, and the
+        // close would count the file clean. It goes the conflict's way, tried again later.
+        guard item.kind == .file, item.content == .dirty, !openFiles.isOpenForWriting(item.ino),
+              let generation = openFiles.uploadableGeneration(item.ino)
+        else { return nil }
         let path = try cache.snapshot(item.ino)
         defer { unlink(path) }
         let (digest, _) = try Self.hashFile(path)
         guard try await remote.earlierVersions(of: current.id).contains(where: { $0.digest == digest }) else { return nil }
         let (taken, effects) = try store.write { w -> (Bool, EffectsAfterCommit) in
             var effects = EffectsAfterCommit()
-            guard openFiles.writeGeneration(item.ino) == generation, var row = try w.reader.item(item.ino),
+            // A writer counts itself in a transaction too (`FileSystem.finishOpen`).
+            guard openFiles.writeGeneration(item.ino) == generation, !openFiles.isOpenForWriting(item.ino), var row = try w.reader.item(item.ino),
                   row.itemID == current.id, row.revision == nil, row.content == .dirty
             else { return (false, effects) }
             row.takeRevision(of: current)
@@ -115,6 +118,8 @@ extension SyncEngine {
         return .again
     }
 
+    /// Two devices edited the same base and the server has the other one's: this device's
+    /// change waits, retried every 30 s, with the reason in uploadingError.
     static func contentConflict(_ current: ItemMetadata) -> Outcome {
         .later("conflict: the server has a newer version (revision \(current.revision)); this device's edit is kept and not uploaded", after: .seconds(30), offline: false)
     }
