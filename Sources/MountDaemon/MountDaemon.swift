@@ -54,7 +54,6 @@ public struct MountConfiguration: Sendable {
     }
 
     public var controlSocket: String { "\(cacheDirectory)/control.sock" }
-
 }
 
 extension SyncHTTPClient: RemoteStore {}
@@ -126,8 +125,12 @@ public enum MountDaemon {
             store: store, remote: client, cache: cache, openFiles: openFiles,
             configuration: EngineConfiguration(deviceName: configuration.deviceName, cacheLimit: configuration.cacheLimit),
             observer: invalidator, logger: logger)
-        if let identity, try store.read({ try $0.accountIdentity() }) == nil { try store.write { try $0.setAccountIdentity(identity) } }
-        if AccountFolders.noteShown(configuration, identity: try store.read { try $0.accountIdentity() }) { engine.noteAccountChange() }
+        var heldIdentity = try store.read { try $0.accountIdentity() }
+        if heldIdentity == nil, let identity {
+            try store.write { try $0.setAccountIdentity(identity) }
+            heldIdentity = identity
+        }
+        if AccountFolders.noteShown(configuration, identity: heldIdentity) { engine.noteAccountChange() }
         let fs = FileSystem(content: engine, openFiles: openFiles, store: store, cache: cache, logger: logger, listings: listings)
 
         var options = MountOptions()

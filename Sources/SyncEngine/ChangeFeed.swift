@@ -164,11 +164,7 @@ extension SyncEngine {
                 effects.events.append(MountEvent(.reconciled, path: try r.path(of: local.ino), detail: "deleted on the server while changed here; kept"))
                 return
             }
-            effects.dropContent += try r.descendants(of: local.ino).map(\.ino) + [local.ino]
-            let path = try r.path(of: local.ino)
-            try deleteSubtree(local.ino, w)
-            if let parent = local.parent { effects.invalidations.append(.entry(parent: parent, name: local.name)); effects.invalidations.append(.inode(parent)) }
-            effects.invalidations.append(.inode(local.ino))
+            let path = try deleteHere(local, w, &effects)
             effects.events.append(MountEvent(.deleted, path: path))
             return
         }
@@ -285,6 +281,18 @@ extension SyncEngine {
         try w.forgetSentContents(of: item.ino)
         try w.enqueue(item.kind == .folder ? .createFolder : .content, ino: item.ino)
         effects.sendQueued = true
+    }
+
+    /// Removes an item and what is below it from the index, inside the caller's transaction,
+    /// with their cache files and the kernel's names and pages of them after the commit;
+    /// returns the path it had.
+    func deleteHere(_ local: LocalItem, _ w: LocalWriter, _ effects: inout EffectsAfterCommit) throws -> String? {
+        effects.dropContent += try w.reader.descendants(of: local.ino).map(\.ino) + [local.ino]
+        let path = try w.reader.path(of: local.ino)
+        try deleteSubtree(local.ino, w)
+        if let parent = local.parent { effects.invalidations += [.entry(parent: parent, name: local.name), .inode(parent)] }
+        effects.invalidations.append(.inode(local.ino))
+        return path
     }
 
     func deleteSubtree(_ ino: Int64, _ w: LocalWriter) throws {

@@ -207,9 +207,10 @@ public final class SyncEngine: Sendable {
         var why: String?
         let identity = try await remote.whoami().identity
         let recordedIdentity = try store.read { try $0.accountIdentity() }
+        let anotherAccount = recordedIdentity.map { $0 != identity } ?? false
         // Another account first: its container is another one too, and mounting again sets
         // this cache's state aside (`AccountFolders`), which a new container alone does not.
-        if let recordedIdentity, recordedIdentity != identity {
+        if anotherAccount {
             why = "the server answers for another account than the one this cache holds (the account was removed and added again, or another server answers at this address); nothing is sent or applied and local files are kept; mount again to set this cache's files aside and show that account's"
         } else if let recorded, recorded != created {
             why = "the server's container is not the one this cache holds (it was made anew: another server, or the account was removed and added again); nothing is sent or applied and local files are kept; mount with a new --cache folder to use it"
@@ -229,7 +230,7 @@ public final class SyncEngine: Sendable {
         if let why {
             if !wasForeign {
                 logger.error("not syncing with this container", metadata: ["reason": "\(why)"])
-                if let recordedIdentity, recordedIdentity != identity { noteAccountChange() }
+                if anotherAccount { noteAccountChange() }
             }
             setConnected(false, error: why)
             return false

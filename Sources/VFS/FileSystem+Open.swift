@@ -176,12 +176,13 @@ extension FileSystem {
         let truncate = writable && (flags & O_TRUNC) != 0
         let fd: Int32
         do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
-        // Only a writer's close queues an upload, which an excluded item must not: a reader's
-        // open (most opens, and every placeholder's first) skips this database read.
-        let excluded = writable ? ((try? store.read { try $0.isExcluded(ino) }) ?? false) : false
         // A stale copy here is whole (a refresh makes the row a placeholder first).
         let local = item.content.isWhole || item.content == .stale
-        let handle = Handle(ino: ino, fd: fd, writable: writable, excluded: excluded, digest: local ? nil : item.serverDigest, knownLocal: local)
+        // Only a writer's close queues an upload, which an excluded item must not: a reader's
+        // open (most opens, and every placeholder's first) skips that database read.
+        func handle(excluded: Bool) -> Handle {
+            Handle(ino: ino, fd: fd, writable: writable, excluded: excluded, digest: local ? nil : item.serverDigest, knownLocal: local)
+        }
         let opening: OpenFiles.Opening
         if writable && !truncate {
             let counted: OpenFiles.Opening?
@@ -190,7 +191,7 @@ extension FileSystem {
                     guard let row = try w.reader.item(ino), row.revision == item.revision, row.serverDigest == item.serverDigest else { return nil }
                     // Joining a writer of the old copy is what `needsContent` allowed.
                     if row.content == .stale && !openFiles.isOpenForWriting(ino) { return nil }
-                    return openFiles.open(handle)
+                    return openFiles.open(handle(excluded: (try? w.reader.isExcluded(ino)) ?? false))
                 }
             } catch {
                 close(fd)
@@ -202,7 +203,7 @@ extension FileSystem {
             }
             opening = counted
         } else {
-            opening = openFiles.open(handle)
+            opening = openFiles.open(handle(excluded: writable ? ((try? store.read { try $0.isExcluded(ino) }) ?? false) : false))
         }
         let handleID = opening.handle
         if truncate {

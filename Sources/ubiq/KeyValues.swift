@@ -95,21 +95,11 @@ struct KeyValues: AsyncParsableCommand {
 
         func run() async throws {
             let (mountpoint, control) = try MountTable.control(of: place.mount)
-            let signals = Monitor.endOnSignals()
-            defer { signals.forEach { $0.cancel() } }
-            do {
-                for try await line in control.lines(ControlPath.keyValueWatch) {
-                    if json {
-                        print(line)
-                    } else if let notice = try? JSONDecoder().decode(KeyValueNotice.self, from: Data(line.utf8)) {
-                        print(notice.reason.rawValue + (notice.keys.isEmpty ? "" : ": " + notice.keys.joined(separator: ", ")))
-                    }
-                    fflush(nil)
-                }
-            } catch {
-                throw Failure("the mount at \(mountpoint) went away: \(error)")
+            try await Monitor.follow(control, ControlPath.keyValueWatch, of: mountpoint) { line in
+                if json { return line }
+                guard let notice = try? JSONDecoder().decode(KeyValueNotice.self, from: Data(line.utf8)) else { return nil }
+                return notice.reason.rawValue + (notice.keys.isEmpty ? "" : ": " + notice.keys.joined(separator: ", "))
             }
-            throw Failure("the mount at \(mountpoint) went away")
         }
     }
 

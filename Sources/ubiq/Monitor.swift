@@ -30,16 +30,20 @@ struct Monitor: AsyncParsableCommand {
         do { let _: MountStatusReport = try await control.get(ControlPath.status) } catch {
             throw Failure("the daemon of \(mountpoint) does not answer: \(error)")
         }
-        let signals = Self.endOnSignals()
+        try await Self.follow(control, ControlPath.events, of: mountpoint) { line in
+            json ? line : (try? JSONDecoder().decode(Event.self, from: Data(line.utf8)))?.line
+        }
+    }
+
+    /// Prints what `shown` makes of each line of the daemon's stream at `path` (nil: nothing),
+    /// each as it comes, also into a pipe, until a signal ends the command (exit 0) or the
+    /// mount goes away (exit 1).
+    static func follow(_ control: ControlClient, _ path: String, of mountpoint: String, shown: (String) -> String?) async throws {
+        let signals = endOnSignals()
         defer { signals.forEach { $0.cancel() } }
         do {
-            for try await line in control.lines(ControlPath.events) {
-                if json {
-                    print(line)
-                } else if let event = try? JSONDecoder().decode(Event.self, from: Data(line.utf8)) {
-                    print(event.line)
-                }
-                // Each line as it comes, also into a pipe.
+            for try await line in control.lines(path) {
+                if let text = shown(line) { print(text) }
                 fflush(nil)
             }
         } catch {

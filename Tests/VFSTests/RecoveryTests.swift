@@ -97,6 +97,17 @@ struct RecoveryTests {
         }
     }
 
+    /// `mine.bin` of `size` bytes and a small neighbour (which makes a small file go up in a
+    /// batch), whose creates land on the server with every answer lost until the test calls
+    /// `stopLosingAnswers`; returns the file's inode.
+    static func newFileWhoseCreateAnswersAreLost(_ h: Harness, size: Int) throws -> Int64 {
+        h.remote.loseAnswer(.createItem, times: 1_000)
+        h.remote.loseAnswer(.createItems, times: 1_000)
+        let ino = try h.writeNewFile("mine.bin", pattern(size, seed: 1))
+        try h.writeNewFile("other.txt", Array("other".utf8))
+        return ino
+    }
+
     @Test("a file whose lost create another device then renamed keeps that name: the retry does not send this device's name back",
           arguments: [5_000, 300_000])  // in a batch, and alone
     func lostCreateAnswerThenRenamedElsewhere(size: Int) async throws {
@@ -104,10 +115,7 @@ struct RecoveryTests {
         defer { h.close() }
         // Every answer is lost until another device has renamed the item: the retries made
         // before that (the same create, answered with the item) leave it queued too.
-        h.remote.loseAnswer(.createItem, times: 1_000)
-        h.remote.loseAnswer(.createItems, times: 1_000)
-        let ino = try h.writeNewFile("mine.bin", pattern(size, seed: 1))
-        try h.writeNewFile("other.txt", Array("other".utf8))
+        let ino = try Self.newFileWhoseCreateAnswersAreLost(h, size: size)
         try await h.running([.outbox]) {
             try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
             let id = try #require(h.remote.item(atPath: "/mine.bin")).id
@@ -126,10 +134,7 @@ struct RecoveryTests {
     func lostCreateAnswerThenEditedElsewhere(size: Int) async throws {
         let h = try Harness()
         defer { h.close() }
-        h.remote.loseAnswer(.createItem, times: 1_000)
-        h.remote.loseAnswer(.createItems, times: 1_000)
-        let ino = try h.writeNewFile("mine.bin", pattern(size, seed: 1))
-        try h.writeNewFile("other.txt", Array("other".utf8))
+        let ino = try Self.newFileWhoseCreateAnswersAreLost(h, size: size)
         let theirs = pattern(size + 7, seed: 3)
         try await h.running([.outbox]) {
             try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }

@@ -122,17 +122,15 @@ extension SyncEngine {
         } catch let RemoteError.refused(code, _, _) where code == .itemIDTaken {
             return try await adoptLostCreate(item, parentID: parentID)
         } catch let RemoteError.refused(code, _, _) where code == .blobNotFound {
-            let path = try store.read { try $0.path(of: item.ino) }
-            runAfterCommit(try store.write { w in
+            let effects = try store.write { w in
                 var effects = EffectsAfterCommit()
                 guard let row = try w.reader.item(item.ino), row.revision == nil, row.contentOnlyOnServer else { return effects }
-                try deleteSubtree(row.ino, w)
-                if let parent = row.parent { effects.invalidations += [.entry(parent: parent, name: row.name), .inode(parent)] }
-                effects.invalidations.append(.inode(row.ino))
-                effects.dropContent.append(row.ino)
+                let path = try deleteHere(row, w, &effects)
                 effects.events.append(MountEvent(.reconciled, path: path, detail: "deleted elsewhere, and its content is gone from the server; the deletion stands"))
                 return effects
-            })
+            }
+            runAfterCommit(effects)
+            observer.invalidate(effects.invalidations)
             return .done
         }
         let followUps = try store.write { w -> Bool in
