@@ -164,6 +164,14 @@ extension SyncEngine {
                 effects.events.append(MountEvent(.reconciled, path: try r.path(of: local.ino), detail: "deleted on the server while changed here; kept"))
                 return
             }
+            // Open for writing: what the writer writes before its close is an edit, and an edit
+            // wins over a deletion. Deleted now, the writes would go to an item the index no
+            // longer holds, and be lost once the writer closed. Held until the last writer
+            // closes, then applied: kept if written, else deleted.
+            if openFiles.holdForWriters(local.ino) {
+                try w.holdChange(remote.id, revision: remote.revision, json: try JSONEncoder().encode(change))
+                return
+            }
             let path = try deleteHere(local, w, &effects)
             effects.events.append(MountEvent(.deleted, path: path))
             return
@@ -304,15 +312,20 @@ extension SyncEngine {
     /// A remote item takes a name that a local item holds.
     ///
     /// A local item with changes the server has not seen keeps them under a conflicted-copy
-    /// name. A clean one is only in the way because its own later change (a rename away, a
-    /// delete) is still ahead in this catch-up: the compacted log lists every item changed after
-    /// our cursor by its latest change, so that change is guaranteed to come and settle its name.
+    /// name. So does one open for writing: its own change (a rename away, a delete) waits for
+    /// the writer's close, and if the writer writes, the item stays (an edit wins over a
+    /// deletion) under a name a person can read. A clean one is only in the way because its own
+    /// later change is still ahead in this catch-up: the compacted log lists every item changed
+    /// after our cursor by its latest change, so that change is guaranteed to come and settle
+    /// its name.
     func makeRoom(for clash: LocalItem, _ w: LocalWriter, _ effects: inout EffectsAfterCommit) throws {
         var moved = clash
         if try clash.revision == nil || w.reader.pendingOps(for: clash.ino) > 0 {
             moved.name = ConflictNaming.conflictedCopyName(clash.name, device: configuration.deviceName, at: Self.now())
             if clash.revision != nil { try w.enqueue(.move, ino: clash.ino) }
             effects.sendQueued = true
+        } else if openFiles.isOpenForWriting(clash.ino) {
+            moved.name = ConflictNaming.conflictedCopyName(clash.name, device: configuration.deviceName, at: Self.now())
         } else {
             moved.name = ConflictNaming.movingName(clash.itemID)
         }

@@ -37,4 +37,46 @@ extension CrashAndDiskTests {
             }
         }
     }
+
+    /// Seed 20261175: A has `d/f` open to append while B moves `g` over it, which deletes A's
+    /// file on the server. The line A then writes and closes is an edit, and an edit wins over
+    /// a deletion: it is kept, under a conflicted-copy name, next to the file that took the
+    /// name. (The deletion used to apply while the file was open, and the line went nowhere.)
+    @Test
+    func aLineWrittenToAFileReplacedElsewhereWhileOpenIsKept() async throws {
+        try await withDevices(["A", "B"]) { server, devices in
+            let (a, b) = (devices[0], devices[1])
+            let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "alice-pw")
+            let d = try await http.createFolder(.default, name: "d")
+            _ = try await http.createFile(.default, parent: d.id, name: "f", content: Data("X\n".utf8))
+            _ = try await http.createFile(.default, name: "g", content: Data("Y\n".utf8))
+            for device in devices {
+                try await device.expectEventually("\(device.name) to read d/f and g", devices: devices) {
+                    try await device.sh(#"cat "$M/d/f" "$M/g""#).stdout == "X\nY\n"
+                }
+            }
+            let signals = try TempDirectory()
+            defer { signals.remove() }
+            let go = signals.path + "/go", opened = signals.path + "/opened"
+            try await a.must("mkfifo '\(go)'")
+            // Opens the file for appending, says so, and writes only once told.
+            async let writer = a.sh(#"exec 3>>"$M/d/f" && touch '\#(opened)' && read _ < '\#(go)' && printf 'kept\n' >&3 && exec 3>&-"#, timeout: .seconds(60))
+            try await eventually(timeout: .seconds(10), "A's writer to open d/f") { FileManager.default.fileExists(atPath: opened) }
+            try await b.must(#"mv -f "$M/g" "$M/d/f""#)
+            try await b.waitUntilUploaded()
+            try await a.expectEventually("A to show B's file as d/f", devices: devices) {
+                try await a.sh(#"cat "$M/d/f""#).stdout == "Y\n"
+            }
+            try await a.must("echo go > '\(go)'")
+            let wrote = try await writer
+            #expect(wrote.status == 0, "\(wrote.stderr)")
+            try await a.waitUntilUploaded()
+            for device in devices {
+                try await device.expectEventually("\(device.name) to hold the line in a conflicted copy next to d/f", devices: devices) {
+                    let listed = try await device.sh(#"cd "$M/d" && ls && cat f\ \(conflicted\ copy\ from\ A\ *"#).stdout
+                    return listed.hasPrefix("f\nf (conflicted copy from A ") && listed.hasSuffix("X\nkept\n")
+                }
+            }
+        }
+    }
 }
