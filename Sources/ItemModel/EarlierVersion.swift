@@ -10,8 +10,12 @@ public struct EarlierVersion: Codable, Hashable, Sendable {
     public var modified: Timestamp
     /// When another content replaced it.
     public var replaced: Timestamp
+    /// The device that saved this content (`CreateItemRequest.device`); nil when the writer
+    /// named none (an API client), or the content is older than the server's record of devices.
+    public var device: String?
 
-    public init(revision: Revision, digest: ContentDigest, size: Int64, modified: Timestamp, replaced: Timestamp) {
+    public init(revision: Revision, digest: ContentDigest, size: Int64, modified: Timestamp, replaced: Timestamp, device: String? = nil) {
+        self.device = device
         self.revision = revision
         self.digest = digest
         self.size = size

@@ -199,6 +199,15 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 CREATE INDEX key_values_by_version ON key_values(container_key, version);
                 """)
         }
+        m.registerMigration("v8: the devices that saved contents") { db in
+            // The device that saved a file's current content, and each earlier content's: what
+            // `ubiq versions --all` shows. NULL when the writer named none, and for every content
+            // saved before this version.
+            try db.execute(sql: """
+                ALTER TABLE items ADD COLUMN saved_by TEXT;
+                ALTER TABLE earlier_versions ADD COLUMN device TEXT;
+                """)
+        }
         return m
     }
 
@@ -359,6 +368,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     /// A new item's row and change-log entry, inside the caller's transaction.
     static func insert(_ new: NewItem, in container: ContainerRef, db: Database) throws -> ItemMetadata {
         try SyncedXattr.validateOrThrow(new.xattrs)
+        try checkDevice(new.savedBy)
         let parent = try Self.requireLive(new.parentID, container, db)
         guard parent.kind == .folder else { throw StorageError.notAFolder(new.parentID) }
         if let existing = try Self.anyItem(new.id, container, db) {
@@ -383,14 +393,28 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             size: size, digest: digest, mode: new.mode, created: new.created, modified: new.modified,
             xattrs: new.xattrs)
         try Self.commit(&item, kind: .upsert, in: container, db: db, isNew: true)
+        if let savedBy = new.savedBy { try Self.setSavedBy(savedBy, of: item.id, in: container, db: db) }
         return item
     }
 
+    /// Records the device that saved the file's current content, inside the caller's
+    /// transaction, after the commit that made the content current.
+    static func setSavedBy(_ device: String?, of id: ItemID, in container: ContainerRef, db: Database) throws {
+        try db.cachedStatement(sql: "UPDATE items SET saved_by = ? WHERE container_key = ? AND id = ?").execute(
+            arguments: [device, container.key, id.rawValue])
+    }
+
+    /// Refuses a device name out of bounds; nil (none named) passes.
+    static func checkDevice(_ device: String?) throws {
+        if let device, !ConflictVersion.isValidDevice(device) { throw StorageError.invalidDevice(device) }
+    }
+
     public func updateContent(
-        _ id: ItemID, base: Revision, digest: ContentDigest, declaredSize: Int64?, modified: Timestamp?,
+        _ id: ItemID, base: Revision, digest: ContentDigest, declaredSize: Int64?, modified: Timestamp?, savedBy: String?,
         in container: ContainerRef
     ) async throws -> ItemMetadata {
         let modified = modified ?? now()
+        try Self.checkDevice(savedBy)
         return try await write { db in
             var item = try Self.requireLive(id, container, db)
             guard item.kind == .file else { throw StorageError.notAFile(id) }
@@ -401,6 +425,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             item.digest = digest
             item.modified = modified
             try Self.commit(&item, kind: .upsert, in: container, db: db)
+            try Self.setSavedBy(savedBy, of: id, in: container, db: db)
             return item
         }
     }
@@ -409,10 +434,12 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     /// caller's transaction: nothing when the content stays.
     func keepEarlier(_ item: ItemMetadata, replacedBy digest: ContentDigest?, in container: ContainerRef, db: Database) throws {
         guard item.kind == .file, let old = item.digest, old != digest, let revision = Int64(item.revision.rawValue) else { return }
+        let savedBy = try String.fetchOne(
+            try db.cachedStatement(sql: "SELECT saved_by FROM items WHERE container_key = ? AND id = ?"), arguments: [container.key, item.id.rawValue])
         try db.cachedStatement(sql: """
-            INSERT OR REPLACE INTO earlier_versions (container_key, item_id, revision, digest, size, modified, replaced)
-            VALUES (?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [container.key, item.id.rawValue, revision, old.hex, item.size, item.modified, now()])
+            INSERT OR REPLACE INTO earlier_versions (container_key, item_id, revision, digest, size, modified, replaced, device)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: [container.key, item.id.rawValue, revision, old.hex, item.size, item.modified, now(), savedBy])
     }
 
     public func earlierVersions(of id: ItemID, in container: ContainerRef) async throws -> [EarlierVersion] {
@@ -420,13 +447,13 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             _ = try Self.requireLive(id, container, db)
             return try Row.fetchAll(
                 try db.cachedStatement(sql: """
-                    SELECT revision, digest, size, modified, replaced FROM earlier_versions
+                    SELECT revision, digest, size, modified, replaced, device FROM earlier_versions
                     WHERE container_key = ? AND item_id = ? ORDER BY replaced DESC, revision DESC
                     """),
                 arguments: [container.key, id.rawValue]
             ).map { row in
                 EarlierVersion(revision: Revision(String(row["revision"] as Int64)), digest: try ContentDigest(hex: row["digest"]),
-                               size: row["size"], modified: row["modified"], replaced: row["replaced"])
+                               size: row["size"], modified: row["modified"], replaced: row["replaced"], device: row["device"])
             }
         }
     }
@@ -437,7 +464,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             guard item.kind == .file else { throw StorageError.notAFile(id) }
             guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
             guard let number = Int64(revision.rawValue), let row = try Row.fetchOne(
-                try db.cachedStatement(sql: "SELECT digest, size, modified FROM earlier_versions WHERE container_key = ? AND item_id = ? AND revision = ?"),
+                try db.cachedStatement(sql: "SELECT digest, size, modified, device FROM earlier_versions WHERE container_key = ? AND item_id = ? AND revision = ?"),
                 arguments: [container.key, id.rawValue, number])
             else { throw StorageError.earlierVersionNotFound(revision) }
             let digest = try ContentDigest(hex: row["digest"])
@@ -446,6 +473,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             item.size = row["size"]
             item.modified = row["modified"]
             try Self.commit(&item, kind: .upsert, in: container, db: db)
+            try Self.setSavedBy(row["device"], of: id, in: container, db: db)
             return item
         }
     }
@@ -544,9 +572,9 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             guard item.kind == .file, let parentID = item.parentID else { throw StorageError.notAFile(id) }
             guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
             let made: [ConflictCopy]
+            let before = item
             do {
                 made = try item.conflictCopies(of: copies) { name in try Self.liveChild(named: try ItemName(name), of: parentID, container, db) != nil }
-                let before = item
                 try item.resolveConflicts(settled: settled.union(copies), keep: keep)
                 try self.keepEarlier(before, replacedBy: item.digest, in: container, db: db)
             } catch let error as UnknownConflictVersion {
@@ -556,9 +584,12 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 _ = try Self.insert(NewItem(
                     id: copy.id, parentID: parentID, name: try ItemName(copy.name), kind: .file, digest: copy.version.digest,
                     declaredSize: copy.version.size, mode: item.mode, created: copy.version.modified, modified: copy.version.modified,
-                    xattrs: [:]), in: container, db: db)
+                    xattrs: [:], savedBy: copy.version.device), in: container, db: db)
             }
             try Self.commit(&item, kind: .upsert, in: container, db: db)
+            if let keep, let kept = before.conflicts.first(where: { $0.id == keep }) {
+                try Self.setSavedBy(kept.device, of: id, in: container, db: db)
+            }
             return item
         }
     }

@@ -90,11 +90,14 @@ public struct NewItem: Sendable {
     public var created: Timestamp
     public var modified: Timestamp
     public var xattrs: [String: Data]
+    /// The device that saved the content, if the writer named one.
+    public var savedBy: String?
 
     public init(
         id: ItemID, parentID: ItemID, name: ItemName, kind: ItemKind, digest: ContentDigest?,
-        declaredSize: Int64?, mode: UInt32, created: Timestamp, modified: Timestamp, xattrs: [String: Data]
+        declaredSize: Int64?, mode: UInt32, created: Timestamp, modified: Timestamp, xattrs: [String: Data], savedBy: String? = nil
     ) {
+        self.savedBy = savedBy
         self.id = id
         self.parentID = parentID
         self.name = name
@@ -142,8 +145,10 @@ public protocol MetadataStore: Sendable {
     func createItems(_ items: [NewItem], contents: [ContentDigest: Data], in container: ContainerRef) async throws -> [Result<ItemMetadata, StorageError>]
     /// A content kept by `createItems`, or nil: the content store has the others.
     func inlineContent(_ digest: ContentDigest) async throws -> Data?
+    /// `savedBy`: the device that saved the content, if the writer named one; an earlier
+    /// version keeps it (`EarlierVersion.device`).
     func updateContent(
-        _ id: ItemID, base: Revision, digest: ContentDigest, declaredSize: Int64?, modified: Timestamp?,
+        _ id: ItemID, base: Revision, digest: ContentDigest, declaredSize: Int64?, modified: Timestamp?, savedBy: String?,
         in container: ContainerRef
     ) async throws -> ItemMetadata
     func updateItem(_ id: ItemID, base: Revision, update: ItemUpdate, in container: ContainerRef) async throws -> ItemMetadata

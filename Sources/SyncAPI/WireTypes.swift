@@ -97,13 +97,17 @@ public struct CreateItemRequest: Codable, Sendable {
     /// Files only: the content itself (at most `SyncProtocol.maxInlineContent` bytes), stored as
     /// if uploaded to `PUT /v1/blobs/{digest}` first; it must hash to `digest`.
     public var content: Data?
+    /// The device that saved the content, 1 to `ConflictVersion.maxDeviceBytes` bytes: the
+    /// file's earlier versions say who made each (`EarlierVersion.device`).
+    public var device: String?
 
     public init(
         parentID: ItemID, name: String, kind: ItemKind, digest: ContentDigest? = nil, size: Int64? = nil,
         mode: UInt32? = nil, created: Timestamp? = nil, modified: Timestamp? = nil,
-        xattrs: [String: Data]? = nil, id: ItemID? = nil, content: Data? = nil
+        xattrs: [String: Data]? = nil, id: ItemID? = nil, content: Data? = nil, device: String? = nil
     ) {
         self.content = content
+        self.device = device
         self.parentID = parentID
         self.name = name
         self.kind = kind
@@ -125,8 +129,11 @@ public struct UpdateContentRequest: Codable, Sendable {
     public var modified: Timestamp?
     /// As in `CreateItemRequest`: the content inline, instead of a blob upload first.
     public var content: Data?
-    public init(baseRevision: Revision, digest: ContentDigest, size: Int64? = nil, modified: Timestamp? = nil, content: Data? = nil) {
+    /// As in `CreateItemRequest`: the device that saved it.
+    public var device: String?
+    public init(baseRevision: Revision, digest: ContentDigest, size: Int64? = nil, modified: Timestamp? = nil, content: Data? = nil, device: String? = nil) {
         self.content = content
+        self.device = device
         self.baseRevision = baseRevision
         self.digest = digest
         self.size = size

@@ -250,10 +250,12 @@ public final class SyncHTTPClient: Sendable {
         }
     }
 
-    public func uploadBlob(_ digest: ContentDigest, size: Int64, fromFile path: String) async throws {
+    public func uploadBlob(
+        _ digest: ContentDigest, size: Int64, fromFile path: String, progress: @escaping @Sendable (Int64) -> Void = { _ in }
+    ) async throws {
         var r = request(.PUT, APIPath.blob(digest))
         r.headers.add(name: "Content-Type", value: "application/octet-stream")
-        let chunks = try FileChunks(path: path, size: size)
+        let chunks = try FileChunks(path: path, size: size, progress: progress)
         r.body = .stream(chunks, length: .known(size))
         let (status, body) = try await Self.send(http, r, deadline: nil)
         guard status == 201 || status == 200 else { throw failure(status: status, body: body) }
@@ -353,16 +355,22 @@ struct FileChunks: AsyncSequence, Sendable {
     typealias Element = ByteBuffer
     let path: String
     let size: Int64
+    /// Told the bytes handed to the connection so far. The body is pulled as the connection
+    /// writes (back pressure), so this runs ahead of what reached the server by a chunk and
+    /// what the kernel's socket buffers hold (a few megabytes).
+    let progress: @Sendable (Int64) -> Void
 
-    init(path: String, size: Int64) throws {
+    init(path: String, size: Int64, progress: @escaping @Sendable (Int64) -> Void) throws {
         guard access(path, R_OK) == 0 else { throw RemoteError.protocolError("cannot read \(path)") }
         self.path = path
         self.size = size
+        self.progress = progress
     }
 
     struct AsyncIterator: AsyncIteratorProtocol {
         let fd: Int32
         let size: Int64
+        let progress: @Sendable (Int64) -> Void
         var offset: Int64 = 0
 
         mutating func next() async throws -> ByteBuffer? {
@@ -383,12 +391,13 @@ struct FileChunks: AsyncSequence, Sendable {
                 return nil
             }
             offset += Int64(got)
+            progress(offset)
             return buffer
         }
     }
 
     func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(fd: open(path, O_RDONLY | O_CLOEXEC), size: size)
+        AsyncIterator(fd: open(path, O_RDONLY | O_CLOEXEC), size: size, progress: progress)
     }
 }
 

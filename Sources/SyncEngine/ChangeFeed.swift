@@ -160,6 +160,7 @@ extension SyncEngine {
             if try hasLocalChanges(local, r) {
                 // Edit versus delete: the edit wins. The server's id is gone for good, so the
                 // item gets a new one and goes up again as new.
+                trace("feed: deleted on the server, changed here: kept as new", ino: local.ino, r)
                 try resurrect(local, w, &effects)
                 effects.events.append(MountEvent(.reconciled, path: try r.path(of: local.ino), detail: "deleted on the server while changed here; kept"))
                 return
@@ -169,9 +170,11 @@ extension SyncEngine {
             // longer holds, and be lost once the writer closed. Held until the last writer
             // closes, then applied: kept if written, else deleted.
             if openFiles.holdForWriters(local.ino) {
+                trace("feed: deleted on the server: held for the writers", ino: local.ino, r)
                 try w.holdChange(remote.id, revision: remote.revision, json: try JSONEncoder().encode(change))
                 return
             }
+            trace("feed: deleted on the server: deleted here", ino: local.ino, r)
             let path = try deleteHere(local, w, &effects)
             effects.events.append(MountEvent(.deleted, path: path))
             return
@@ -189,7 +192,10 @@ extension SyncEngine {
         if var local {
             // Our own requests' answers can overtake their echoes on the push stream: a state
             // older than what we hold must not undo what we did since.
-            if let held = local.revision, !remote.revision.isNewer(than: held) { return }
+            if let held = local.revision, !remote.revision.isNewer(than: held) {
+                trace("feed: r\(remote.revision) not newer than r\(held): skipped", ino: local.ino, r)
+                return
+            }
             // Local changes not yet sent: they carry their base revision, and the server's
             // answer (success, or a conflict holding its state) settles the item then. But an
             // answer made before this change does not hold it: kept until the answer is
@@ -199,12 +205,18 @@ extension SyncEngine {
                     try w.holdChange(remote.id, revision: remote.revision, json: try JSONEncoder().encode(change))
                 }
             }
-            if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty { return try hold() }
+            if try r.pendingOps(for: local.ino) > 0 || local.content == .dirty {
+                trace("feed: r\(remote.revision) \(Self.short(remote.digest)): held for the answers (\(local.content))", ino: local.ino, r)
+                return try hold()
+            }
             // Open for writing: a write may come, and its upload (on this base) would then meet
             // this change as a conflict. Held until the last writer closes; in the index, so
             // that a daemon that dies with the file open applies it at its next start
             // (`applyHeldChanges`) instead of forgetting it.
-            if openFiles.holdForWriters(local.ino) { return try hold() }
+            if openFiles.holdForWriters(local.ino) {
+                trace("feed: r\(remote.revision) \(Self.short(remote.digest)): held for the writers", ino: local.ino, r)
+                return try hold()
+            }
             // Into a folder that a move here, not yet on the server, put below this item (this
             // device moved `y` into `x` while another moved `x` into `y`): applied, both would
             // leave the tree, and every walk up from them would never end. Held: the server
@@ -239,6 +251,7 @@ extension SyncEngine {
             local.serverDigest = remote.digest
             if contentChanged && local.kind == .file { contentReplaced(&local, by: remote.digest, &effects) }
             try w.update(local)
+            trace("feed: r\(remote.revision) \(Self.short(remote.digest)) applied (\(local.content))", ino: local.ino, r)
             if oldParent != local.parent || oldName != local.name, let oldParent {
                 effects.invalidations.append(.entry(parent: oldParent, name: oldName))
                 effects.invalidations.append(.inode(oldParent))

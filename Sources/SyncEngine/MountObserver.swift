@@ -19,7 +19,7 @@ public enum MountEventKind: String, Sendable, Codable, Hashable, CaseIterable {
     /// Another device's change, applied here from the change feed.
     case created, changed, renamed, deleted
     /// This device's change going up.
-    case uploadStarted, uploaded, uploadFailed
+    case uploadStarted, uploadProgress, uploaded, uploadFailed
     /// A file's content coming down.
     case downloadStarted, downloadProgress, downloaded, downloadFailed
     /// A file's list of conflict versions went from empty to not, or back.

@@ -40,8 +40,9 @@ public protocol RemoteStore: Sendable {
 
     /// Uploads `size` bytes of the file at `path`, declared to hash to `digest`. The server
     /// refuses (`RemoteError.digestMismatch`) if the bytes sent do not match: a file changed
-    /// while it was being sent is never stored under the old digest.
-    func uploadBlob(_ digest: ContentDigest, size: Int64, fromFile path: String) async throws
+    /// while it was being sent is never stored under the old digest. `progress` hears how many
+    /// bytes have gone out so far, as they go.
+    func uploadBlob(_ digest: ContentDigest, size: Int64, fromFile path: String, progress: @escaping @Sendable (Int64) -> Void) async throws
 
     func createItem(_ request: CreateItemRequest) async throws -> ItemMetadata
     /// Several creates in one request (at most `SyncProtocol.maxBatchItems`): one result per

@@ -44,7 +44,7 @@ public struct ContainerService: Sendable {
         if let content = body.content { try await service.storeInline(content, declared: body.digest, for: ref.account) }
         let item = try await storage.metadata.updateContent(
             try RequestChecks.wellFormed(id), base: body.baseRevision, digest: body.digest, declaredSize: body.size,
-            modified: body.modified, in: ref)
+            modified: body.modified, savedBy: body.device, in: ref)
         service.hub.publish(container: ref.key)
         return item
     }

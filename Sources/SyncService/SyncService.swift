@@ -144,6 +144,7 @@ public struct SyncService: Sendable {
             id: try body.id.map(RequestChecks.wellFormed) ?? ItemID.random(), parentID: parentID,
             name: name, kind: body.kind, digest: body.digest, declaredSize: body.size,
             mode: (body.mode ?? ItemMetadata.defaultMode(for: body.kind)) & 0o7777,
-            created: body.created ?? now, modified: body.modified ?? body.created ?? now, xattrs: body.xattrs ?? [:])
+            created: body.created ?? now, modified: body.modified ?? body.created ?? now, xattrs: body.xattrs ?? [:],
+            savedBy: body.kind == .file ? body.device : nil)
     }
 }

@@ -49,6 +49,8 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         var items: [ItemID: ItemMetadata] = [:]
         /// Each file's earlier contents, the most recently replaced first (kept for ever here).
         var earlier: [ItemID: [EarlierVersion]] = [:]
+        /// The device that saved each file's current content, when its writer named one.
+        var savedBy: [ItemID: String] = [:]
         /// The compacted log: each item's latest change.
         var log: [ItemID: ItemChange] = [:]
         var blobs: [ContentDigest: [UInt8]] = [:]
@@ -532,7 +534,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
         }
     }
 
-    public func uploadBlob(_ digest: ContentDigest, size: Int64, fromFile path: String) async throws {
+    public func uploadBlob(_ digest: ContentDigest, size: Int64, fromFile path: String, progress: @escaping @Sendable (Int64) -> Void) async throws {
         try await enter(.uploadBlob)
         defer { answer(.uploadBlob) }
         if consumeUpload() { throw RemoteError.unreachable("injected: the upload connection dropped") }
@@ -548,6 +550,7 @@ public final class InMemoryRemoteStore: RemoteStore, Sendable {
             throw RemoteError.refused(
                 code: .digestMismatch, message: "declared digest \(digest) but the body hashes to \(actual); nothing was stored", current: nil)
         }
+        progress(Int64(bytes.count))
         state.withLock { $0.blobs[digest] = bytes }
     }
 
@@ -834,6 +837,7 @@ extension InMemoryRemoteStore.State {
             digest: digest, mode: (body.mode ?? ItemMetadata.defaultMode(for: body.kind)) & 0o7777,
             created: body.created ?? now, modified: body.modified ?? body.created ?? now, xattrs: xattrs)
         commit(&item, kind: .upsert)
+        if body.kind == .file { savedBy[id] = body.device }
         return item
     }
 
@@ -848,6 +852,7 @@ extension InMemoryRemoteStore.State {
         item.digest = body.digest
         item.modified = body.modified ?? now
         commit(&item, kind: .upsert)
+        savedBy[id] = body.device
         return item
     }
 
@@ -855,7 +860,7 @@ extension InMemoryRemoteStore.State {
     mutating func keepEarlier(_ item: ItemMetadata, replacedBy digest: ContentDigest?, now: Timestamp) {
         guard item.kind == .file, let old = item.digest, old != digest else { return }
         earlier[item.id, default: []].insert(
-            EarlierVersion(revision: item.revision, digest: old, size: item.size, modified: item.modified, replaced: now), at: 0)
+            EarlierVersion(revision: item.revision, digest: old, size: item.size, modified: item.modified, replaced: now, device: savedBy[item.id]), at: 0)
     }
 
     mutating func restore(_ id: ItemID, _ body: RestoreRequest, now: Timestamp) throws -> ItemMetadata {
@@ -871,6 +876,7 @@ extension InMemoryRemoteStore.State {
         item.size = chosen.size
         item.modified = chosen.modified
         commit(&item, kind: .upsert)
+        savedBy[id] = chosen.device
         return item
     }
 
@@ -957,9 +963,9 @@ extension InMemoryRemoteStore.State {
         guard item.kind == .file, let parentID = item.parentID else { throw Self.refused(.notAFile, "item '\(id)' is not a file") }
         guard item.revision == body.baseRevision else { throw conflict(item) }
         let made: [ConflictCopy]
+        let before = item
         do {
             made = try item.conflictCopies(of: Set(body.copies)) { liveChild(named: $0, of: parentID) != nil }
-            let before = item
             try item.resolveConflicts(settled: Set(body.settled).union(body.copies), keep: body.keep)
             keepEarlier(before, replacedBy: item.digest, now: InMemoryRemoteStore.now())
         } catch let error as UnknownConflictVersion {
@@ -970,7 +976,9 @@ extension InMemoryRemoteStore.State {
                 id: copy.id, parentID: parentID, name: copy.name, kind: .file, revision: Revision("0"), size: copy.version.size,
                 digest: copy.version.digest, mode: item.mode, created: copy.version.modified, modified: copy.version.modified, xattrs: [:])
             commit(&sibling, kind: .upsert)
+            savedBy[copy.id] = copy.version.device
         }
+        if let keep = body.keep, let kept = before.conflicts.first(where: { $0.id == keep }) { savedBy[id] = kept.device }
         commit(&item, kind: .upsert)
         return item
     }

@@ -200,15 +200,15 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
         StorageConformance("content updates check the base revision") { f in
             let a = try await f.file("a.txt", "v1")
             let v2 = try await f.blob("version 2")
-            let b = try await f.m.updateContent(a.id, base: a.revision, digest: v2, declaredSize: 9, modified: 7, in: f.container)
+            let b = try await f.m.updateContent(a.id, base: a.revision, digest: v2, declaredSize: 9, modified: 7, savedBy: nil, in: f.container)
             try expect(b.revision != a.revision && b.size == 9 && b.digest == v2 && b.modified == 7, "new revision \(b)")
             let v3 = try await f.blob("version 3")
             try await expectStorageError("stale base", { if case .revisionConflict(let cur) = $0 { cur == b } else { false } }) {
-                try await f.m.updateContent(a.id, base: a.revision, digest: v3, declaredSize: nil, modified: nil, in: f.container)
+                try await f.m.updateContent(a.id, base: a.revision, digest: v3, declaredSize: nil, modified: nil, savedBy: nil, in: f.container)
             }
             try expect(try await f.m.item(a.id, in: f.container) == b, "a refused upload changes nothing")
             try await expectStorageError("folder has no content", { if case .notAFile = $0 { true } else { false } }) {
-                try await f.m.updateContent(.root, base: Revision("1"), digest: v3, declaredSize: nil, modified: nil, in: f.container)
+                try await f.m.updateContent(.root, base: Revision("1"), digest: v3, declaredSize: nil, modified: nil, savedBy: nil, in: f.container)
             }
         },
         StorageConformance("concurrent uploads from one base: exactly one wins") { f in
@@ -219,7 +219,7 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             let results = await withTaskGroup(of: Result<ItemMetadata, Error>.self) { group in
                 for d in digests {
                     group.addTask {
-                        do { return .success(try await m.updateContent(a.id, base: a.revision, digest: d, declaredSize: nil, modified: nil, in: container)) }
+                        do { return .success(try await m.updateContent(a.id, base: a.revision, digest: d, declaredSize: nil, modified: nil, savedBy: nil, in: container)) }
                         catch { return .failure(error) }
                     }
                 }
@@ -397,11 +397,11 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
         StorageConformance("earlier versions: each replaced content is kept, listed newest first, restored as a new revision, forgotten by age") { f in
             let file = try await f.file("notes.txt", "one")
             let two = try await f.blob("two")
-            let r2 = try await f.m.updateContent(file.id, base: file.revision, digest: two, declaredSize: 3, modified: 20, in: f.container)
+            let r2 = try await f.m.updateContent(file.id, base: file.revision, digest: two, declaredSize: 3, modified: 20, savedBy: nil, in: f.container)
             let moved = try await f.m.updateItem(file.id, base: r2.revision, update: ItemUpdate(name: try ItemName("renamed.txt")), in: f.container)
             let three = try await f.blob("three")
-            let r3 = try await f.m.updateContent(file.id, base: moved.revision, digest: three, declaredSize: 5, modified: 30, in: f.container)
-            let same = try await f.m.updateContent(file.id, base: r3.revision, digest: three, declaredSize: 5, modified: 31, in: f.container)
+            let r3 = try await f.m.updateContent(file.id, base: moved.revision, digest: three, declaredSize: 5, modified: 30, savedBy: nil, in: f.container)
+            let same = try await f.m.updateContent(file.id, base: r3.revision, digest: three, declaredSize: 5, modified: 31, savedBy: nil, in: f.container)
             let earlier = try await f.m.earlierVersions(of: file.id, in: f.container)
             try expect(earlier.map(\.revision) == [moved.revision, file.revision], "one per replaced content, newest first (a rename keeps none, nor does the same content): \(earlier.map(\.revision))")
             try expect(earlier.map(\.digest) == [two, file.digest!] && earlier.map(\.size) == [3, 3] && earlier.last?.modified == file.modified,
@@ -425,7 +425,7 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             let named = try await f.file("named.txt", "named")
             let edited = try await f.file("edited.txt", "before")
             let after = try await f.blob("after")
-            _ = try await f.m.updateContent(edited.id, base: edited.revision, digest: after, declaredSize: 5, modified: 3, in: f.container)
+            _ = try await f.m.updateContent(edited.id, base: edited.revision, digest: after, declaredSize: 5, modified: 3, savedBy: nil, in: f.container)
             let versioned = try await f.file("versioned.txt", "mine")
             let theirs = try await f.blob("theirs")
             _ = try await f.m.addConflictVersion(versioned.id, ConflictVersion(

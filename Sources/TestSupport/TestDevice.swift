@@ -100,6 +100,11 @@ public final class TestDevice: @unchecked Sendable {
         return "[\(name)] status: \(status)\n\(listing)\nrows:\n\(rows)\nlog:\n\(log)"
     }
 
+    /// The daemon's log lines that contain `text`.
+    public func logLines(mentioning text: String) -> String {
+        ((try? String(contentsOfFile: cache + "/daemon.log", encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.contains(text) }.joined(separator: "\n")
+    }
+
     /// `eventually`, with every device's diagnostics in the failure.
     public func expectEventually(_ what: @autoclosure () -> String, timeout: Duration = waitLimit, devices: [TestDevice], _ condition: () async throws -> Bool) async throws {
         do {

@@ -29,15 +29,17 @@ struct Versions: AsyncParsableCommand {
                                 "size": v.size, "digest": v.digest]))
             }
             for e in earlier {
-                print(jsonLine(["path": path, "kind": "earlier", "version": e.revision.rawValue, "modified": WallClock.isoSeconds(of: e.modified),
-                                "replaced": WallClock.isoSeconds(of: e.replaced), "size": e.size, "digest": e.digest.hex]))
+                var line: [String: Any] = ["path": path, "kind": "earlier", "version": e.revision.rawValue, "modified": WallClock.isoSeconds(of: e.modified),
+                                           "replaced": WallClock.isoSeconds(of: e.replaced), "size": e.size, "digest": e.digest.hex]
+                if let device = e.device { line["device"] = device }
+                print(jsonLine(line))
             }
             return
         }
         print(Self.row("current", "", current.modified, current.size, path))
         for v in versions { print(Self.row(v.id, "from \(v.device)", v.modified, v.size, top + "/" + v.path)) }
         for e in earlier {
-            print(Self.row(e.revision.rawValue, "replaced " + WallClock.isoSeconds(of: e.replaced), WallClock.isoSeconds(of: e.modified), e.size, "(ubiq restore \(path) \(e.revision.rawValue))"))
+            print(Self.row(e.revision.rawValue, "from \(e.device ?? "unknown")", WallClock.isoSeconds(of: e.modified), e.size, "(ubiq restore \(path) \(e.revision.rawValue))"))
         }
     }
 

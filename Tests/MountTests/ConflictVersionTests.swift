@@ -219,23 +219,27 @@ import Testing
         }
     }
 
+    /// Each earlier version names the device that saved it.
     @Test func anEarlierVersionRestoredOnOneDeviceIsCurrentOnBoth() async throws {
         try await withDevices(["A", "B"]) { server, devices in
             let (a, b) = (devices[0], devices[1])
-            for text in ["one", "two", "three"] {
-                try await a.must("echo \(text) > \"$M/notes.txt\"")
-                try await a.waitUntilUploaded()
+            // "one" and "three" saved on A, "two" on B.
+            for (text, writer, reader) in [("one", a, b), ("two", b, a), ("three", a, b)] {
+                try await writer.must("echo \(text) > \"$M/notes.txt\"")
+                try await writer.waitUntilUploaded()
+                try await eventually("\(reader.name) to read \(text)") { try await reader.sh(#"cat "$M/notes.txt""#).stdout == "\(text)\n" }
             }
-            try await eventually("B to read the last version") { try await b.sh(#"cat "$M/notes.txt""#).stdout == "three\n" }
             let notes = b.mountpoint + "/notes.txt"
             let listed = try await b.ubiq(["versions", notes, "--all", "--json"])
             #expect(listed.status == 0, "\(listed.stderr)")
             let lines = listed.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             let earlier = lines.filter { $0["kind"] as? String == "earlier" }
             #expect(earlier.map { $0["digest"] as? String } == [sha256Hex(Data("two\n".utf8)), sha256Hex(Data("one\n".utf8))], "\(listed.stdout)")
+            #expect(earlier.map { $0["device"] as? String } == ["B", "A"], "\(listed.stdout)")
             let first = try #require(earlier.last?["version"] as? String)
             let plain = try await b.ubiq(["versions", notes, "--all"])
-            #expect(plain.status == 0 && plain.stdout.contains("ubiq restore"), "\(plain.stdout)")
+            let rows = plain.stdout.split(separator: "\n").filter { $0.contains("ubiq restore") }
+            #expect(plain.status == 0 && rows.count == 2 && rows[0].contains("from B") && rows[1].contains("from A"), "\(plain.stdout)")
 
             #expect(try await b.ubiq(["restore", notes, "x1"]).status == 2, "not a revision")
             let unknown = try await b.ubiq(["restore", notes, "999999"])
@@ -248,6 +252,11 @@ import Testing
                 }
             }
             #expect(try await serverItem(server, named: "notes.txt")?.digest == sha256(Data("one\n".utf8)))
+            // The restore replaced A's "three", which is now the latest earlier version, A's.
+            let after = try await a.ubiq(["versions", a.mountpoint + "/notes.txt", "--all", "--json"])
+            let newest = after.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+                .first { $0["kind"] as? String == "earlier" }
+            #expect(newest?["digest"] as? String == sha256Hex(Data("three\n".utf8)) && newest?["device"] as? String == "A", "\(after.stdout)")
 
             // The server is needed: without it, a clear error.
             server.kill9()

@@ -37,7 +37,7 @@ extension OrdinaryUserTests {
             // Every line is one object, keys sorted, with a kind from the documented set and an
             // ISO-8601 UTC time.
             let kinds: Set<String> = [
-                "created", "changed", "renamed", "deleted", "uploadStarted", "uploaded", "uploadFailed", "downloadStarted",
+                "created", "changed", "renamed", "deleted", "uploadStarted", "uploadProgress", "uploaded", "uploadFailed", "downloadStarted",
                 "downloadProgress", "downloaded", "downloadFailed", "conflictAppeared", "conflictResolved", "reconciled",
                 "evicted", "error", "online", "offline",
             ]
@@ -95,6 +95,44 @@ extension OrdinaryUserTests {
                 try await m.event("conflictResolved /notes.txt") { $0["kind"] as? String == "conflictResolved" && $0["path"] as? String == "/notes.txt" }
             }
         }
+    }
+
+    /// A file too large to go inline goes up as a blob of its own, here 32 MiB through a link
+    /// of 8 MiB/s: its monitor hears the start, the percentage as it goes (never backwards, at
+    /// most twice a second), and the end.
+    @Test func aLargeUploadReportsItsProgress() async throws {
+        let server = try await ServerProcess.start()
+        let relay = try ThrottledRelay(to: server.port, bytesPerSecond: 8 << 20)
+        var device: TestDevice?
+        do {
+            try await server.addAccount("alice", password: "alice-pw")
+            let a = try await TestDevice.mount("A", server: server, through: relay.baseURL, user: "alice", password: "alice-pw")
+            device = a
+            let onA = try a.monitor(json: true)
+            defer { onA.stop() }
+            try await onA.event("online") { $0["kind"] as? String == "online" }
+            try await a.must(#"head -c 33554432 /dev/urandom > "$M/big""#, timeout: .seconds(60))
+            let isBig: ([String: Any], String) -> Bool = { $0["kind"] as? String == $1 && $0["path"] as? String == "/big" }
+            let started = try await onA.event("uploadStarted /big") { isBig($0, "uploadStarted") }
+            let finished = try await onA.event("uploaded /big", after: started, timeout: .seconds(60)) { isBig($0, "uploaded") }
+            let percents = onA.output[started...finished].compactMap { line -> Int? in
+                guard let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], isBig(o, "uploadProgress"),
+                      let detail = o["detail"] as? String, detail.hasSuffix("%") else { return nil }
+                return Int(detail.dropLast())
+            }
+            // About four seconds at 8 MiB/s: a report each half second, less what the socket
+            // buffers take in at once at the start (progress counts what is handed to them).
+            #expect(percents.count >= 2, "\(onA.output[started...finished])")
+            #expect(percents == percents.sorted() && percents.allSatisfy { (0...100).contains($0) }, "\(percents)")
+        } catch {
+            if let device { await device.unmount(); device.remove() }
+            relay.close()
+            await server.stop()
+            throw error
+        }
+        if let device { await device.unmount(); device.remove() }
+        relay.close()
+        await server.stop()
     }
 
     @Test func noMountIsAFailureAndBadUsageIsAUsageError() async throws {

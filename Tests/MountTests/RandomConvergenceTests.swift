@@ -39,7 +39,9 @@ struct RandomConvergenceTests {
     static let failuresToStop = 3
 
     @Test func randomOperationsOnTwoMountsAndTheAPIConverge() async throws {
-        try await withRelayedDevices { server, devices, relays in
+        // At debug level each daemon logs how it settled every change: a failing seed's report
+        // gives the lines about its folder.
+        try await withRelayedDevices(extraArguments: ["--log-level", "debug"]) { server, devices, relays in
             // One login for the run: a login costs the server a password hash (about half a
             // second in a debug build), and the token outlives the restarts.
             let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "alice-pw")
@@ -47,10 +49,13 @@ struct RandomConvergenceTests {
             for index in 0..<Self.seedCount {
                 let seed = Self.firstSeed &+ UInt64(index)
                 let started = ContinuousClock.now
-                let failure = try await runSeed(seed, folder: "r\(index)", server: server, http: http, devices: devices, relays: relays)
+                let folder = "r\(index)"
+                let failure = try await runSeed(seed, folder: folder, server: server, http: http, devices: devices, relays: relays)
                 print("seed \(seed): \(failure == nil ? "passed" : "FAILED") in \(ContinuousClock.now - started)")
                 guard let failure else { continue }
-                Issue.record("seed \(seed) failed (UBIQ_SEED=\(seed) UBIQ_SEEDS=1 to replay):\n\(failure)")
+                var trace = ""
+                for device in devices { trace += "\n[\(device.name)] what the daemon decided about \(folder):\n" + device.logLines(mentioning: "/\(folder)/") }
+                Issue.record("seed \(seed) failed (UBIQ_SEED=\(seed) UBIQ_SEEDS=1 to replay):\n\(failure)\(trace)")
                 failures += 1
                 if failures == Self.failuresToStop { return }
             }
@@ -144,7 +149,7 @@ struct RandomConvergenceTests {
 
 /// A server and mounts A and B, each mount through a relay of its own that the test can cut.
 /// Always unmounts, stops the relays and the server.
-func withRelayedDevices(_ body: (ServerProcess, [TestDevice], [ThrottledRelay]) async throws -> Void) async throws {
+func withRelayedDevices(extraArguments: [String] = [], _ body: (ServerProcess, [TestDevice], [ThrottledRelay]) async throws -> Void) async throws {
     let server = try await ServerProcess.start()
     var devices: [TestDevice] = []
     var relays: [ThrottledRelay] = []
@@ -158,7 +163,7 @@ func withRelayedDevices(_ body: (ServerProcess, [TestDevice], [ThrottledRelay]) 
         for name in ["A", "B"] {
             let relay = try ThrottledRelay(to: server.port)
             relays.append(relay)
-            devices.append(try await TestDevice.mount(name, server: server, through: relay.baseURL, user: "alice", password: "alice-pw"))
+            devices.append(try await TestDevice.mount(name, server: server, through: relay.baseURL, user: "alice", password: "alice-pw", extraArguments: extraArguments))
         }
         try await body(server, devices, relays)
     } catch {

@@ -16,7 +16,7 @@ extension SyncEngine {
     ) async throws -> Outcome {
         let version = ConflictVersion(
             id: Self.conflictVersionID(item.itemID, base: base, digest: digest), digest: digest, size: size,
-            device: Self.deviceLabel(configuration.deviceName), modified: item.modified, base: base)
+            device: savingDevice, modified: item.modified, base: base)
         let result = try await remote.addConflictVersion(item.itemID, AddConflictVersionRequest(version: version, content: content))
         let recorded = try store.write { w -> EffectsAfterCommit? in
             guard var row = try w.reader.item(item.ino), row.itemID == item.itemID,
@@ -38,6 +38,7 @@ extension SyncEngine {
                 detail: "another device's edit reached the server first; this device's edit is kept as a conflict version"))
             return effects
         }
+        trace("upload: \(Self.short(digest)) kept as a conflict version, r\(result.revision)\(recorded == nil ? "; written meanwhile: again" : "")", ino: item.ino)
         guard let recorded else { return .again }
         runAfterCommit(recorded)
         observer.invalidate(recorded.invalidations)
@@ -53,6 +54,9 @@ extension SyncEngine {
     static func conflictVersionID(_ item: ItemID, base: Revision, digest: ContentDigest) -> ItemID {
         ItemID(String(ContentDigest.of(Array("\(item)/\(base)/\(digest.hex)".utf8)).hex.prefix(32)))
     }
+
+    /// This device's name as the server records it with what it saves.
+    var savingDevice: String { Self.deviceLabel(configuration.deviceName) }
 
     /// The device name a version carries, within `ConflictVersion.maxDeviceBytes` (cut at a
     /// character, never inside one).

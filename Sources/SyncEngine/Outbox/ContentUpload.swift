@@ -19,7 +19,8 @@ extension SyncEngine {
         // A write after this (a writer that opens and truncates) changes the generation, and
         // the snapshot is then not sent.
         guard let generation = openFiles.uploadableGeneration(item.ino) else { return .waitsForWriter }
-        observer.event(MountEvent(.uploadStarted, path: try store.read { try $0.path(of: item.ino) }))
+        let path = try store.read { try $0.path(of: item.ino) }
+        observer.event(MountEvent(.uploadStarted, path: path))
         // Upload a snapshot, never the live cache file: a writer (truncate, another open) may
         // change it at any moment, and what goes up must be one whole version. A small file's
         // snapshot is a copy in memory, sent inline with its create or update (one request);
@@ -32,16 +33,17 @@ extension SyncEngine {
             size = Int64(bytes.count)
             inline = Data(bytes)
         } else {
-            let path = try cache.snapshot(item.ino)
-            defer { unlink(path) }
-            (digest, size) = try Self.hashFile(path)
+            let snapshot = try cache.snapshot(item.ino)
+            defer { unlink(snapshot) }
+            (digest, size) = try Self.hashFile(snapshot)
             openFiles.uploadProgress(item.ino, sent: 0, of: size)
             // Asking first saves sending content the server has; below 1 MiB sending it costs
             // about what the question does, so smaller files skip the round trip.
             let needed = size < Self.dedupThreshold ? true : try await !remote.hasBlob(digest)
             if needed {
+                let progress = UploadProgress(ino: item.ino, path: path, size: size, openFiles: openFiles, observer: observer)
                 do {
-                    try await remote.uploadBlob(digest, size: size, fromFile: path)
+                    try await remote.uploadBlob(digest, size: size, fromFile: snapshot, progress: progress.sent)
                 } catch let RemoteError.refused(code, _, _) where code == .digestMismatch {
                     return .again  // changed while it was being sent: never store a mix
                 }
@@ -49,6 +51,7 @@ extension SyncEngine {
         }
         openFiles.uploadProgress(item.ino, sent: size, of: size)
         guard openFiles.writeGeneration(item.ino) == generation else { return .again }
+        trace("upload: generation \(generation), \(Self.short(digest)) from r\(item.revision?.rawValue ?? "-") (\(Self.short(item.serverDigest)))", ino: item.ino)
         var result: ItemMetadata
         do {
             try store.write { w in
@@ -57,12 +60,13 @@ extension SyncEngine {
             }
             if let base = item.revision {
                 result = try await remote.updateContent(item.itemID, UpdateContentRequest(
-                    baseRevision: base, digest: digest, size: size, modified: item.modified, content: inline))
+                    baseRevision: base, digest: digest, size: size, modified: item.modified, content: inline, device: savingDevice))
             } else {
-                result = try await remote.createItem(Self.createRequest(item, parentID: parentID, digest: digest, size: size, content: inline))
+                result = try await remote.createItem(Self.createRequest(item, parentID: parentID, digest: digest, size: size, content: inline, device: savingDevice))
             }
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
             let current = current!
+            trace("upload: \(Self.short(digest)) refused, the server has r\(current.revision) \(Self.short(current.digest))", ino: item.ino)
             if current.digest == digest {
                 // Our own upload, whose answer was lost: it is on the server already.
                 result = current
@@ -116,7 +120,7 @@ extension SyncEngine {
         }
         let result: ItemMetadata
         do {
-            result = try await remote.createItem(Self.createRequest(item, parentID: parentID, digest: digest, size: item.size, content: empty ? Data() : nil))
+            result = try await remote.createItem(Self.createRequest(item, parentID: parentID, digest: digest, size: item.size, content: empty ? Data() : nil, device: nil))
         } catch let RemoteError.refused(code, _, current) where code == .nameExists {
             return try await nameTaken(by: current, for: item.ino)
         } catch let RemoteError.refused(code, _, _) where code == .itemIDTaken {
@@ -150,6 +154,7 @@ extension SyncEngine {
     /// Records a successful upload, in one transaction with what changed while it was in
     /// flight and the removal of its entry `seq`: one commit per uploaded file, not three.
     func finishUpload(_ item: LocalItem, result: ItemMetadata, digest: ContentDigest, size: Int64, generation: UInt64, seq: Int64?) throws -> Outcome {
+        trace("upload: \(Self.short(digest)) is r\(result.revision)", ino: item.ino)
         let followUps = try store.write { w in
             try recordUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq, w)
         }

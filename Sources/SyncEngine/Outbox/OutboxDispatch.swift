@@ -127,6 +127,7 @@ extension SyncEngine {
                 // other device's version. The edit goes first, as a conflict version, and this
                 // change then goes on from the revision that keeps it.
                 let row = try store.read { try $0.item(item.ino) }
+                trace("\(entry.op) from r\(base) refused, the server has r\(current.revision) \(Self.short(current.digest))", ino: item.ino)
                 if let row, row.kind == .file, row.content == .dirty, current.digest != row.serverDigest {
                     let edit = try await uploadSnapshot(row, parentID: parentID, seq: nil)
                     if case .done = edit { return .again }

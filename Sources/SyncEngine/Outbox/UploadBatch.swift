@@ -124,7 +124,7 @@ extension SyncEngine {
                 let digest = ContentDigest.of(bytes)
                 prepared.append(PreparedCreate(
                     entry: entry, item: item, generation: generation, digest: digest,
-                    request: Self.createRequest(item, parentID: parentID, digest: digest, size: Int64(bytes.count), content: Data(bytes))))
+                    request: Self.createRequest(item, parentID: parentID, digest: digest, size: Int64(bytes.count), content: Data(bytes), device: savingDevice)))
             }
         } catch {
             // The local database or cache failed: each goes alone and meets the error there.
@@ -191,11 +191,12 @@ extension SyncEngine {
     }
 
     /// The create of a new file as it goes up, alone or in a batch.
-    static func createRequest(_ item: LocalItem, parentID: ItemID, digest: ContentDigest, size: Int64, content: Data?) -> CreateItemRequest {
+    /// `device`: the device that saved the content; nil for content this device did not make.
+    static func createRequest(_ item: LocalItem, parentID: ItemID, digest: ContentDigest, size: Int64, content: Data?, device: String?) -> CreateItemRequest {
         CreateItemRequest(
             parentID: parentID, name: item.name, kind: .file, digest: digest, size: size, mode: item.mode,
             created: item.created, modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs,
-            id: item.itemID, content: content)
+            id: item.itemID, content: content, device: device)
     }
 
     /// The single path, one after another: for an entry that goes alone, and for those a batch
