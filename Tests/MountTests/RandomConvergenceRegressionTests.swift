@@ -79,4 +79,49 @@ extension CrashAndDiskTests {
             }
         }
     }
+
+    /// Seed 20261174: A appends to `f` and closes while another descriptor of `f` stays open;
+    /// B's edit reaches the server first, so A's closed edit becomes a conflict version. What
+    /// A then writes through the open descriptor edits A's own version, not B's: it must not
+    /// go up over B's content as if it had been made from it. Afterwards the server holds B's
+    /// line and A's later line, each in the current content or a conflict version.
+    @Test
+    func writesThroughADescriptorOpenAcrossItsConflictDoNotGoOverTheOtherEdit() async throws {
+        try await withRelayedDevices { server, devices, relays in
+            let (a, b) = (devices[0], devices[1])
+            let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "alice-pw")
+            _ = try await http.createFile(.default, name: "f", content: Data("base\n".utf8))
+            for device in devices {
+                try await device.expectEventually("\(device.name) to read f", devices: devices) {
+                    try await device.sh(#"cat "$M/f""#).stdout == "base\n"
+                }
+            }
+            let signals = try TempDirectory()
+            defer { signals.remove() }
+            let go = signals.path + "/go", opened = signals.path + "/opened"
+            try await a.must("mkfifo '\(go)'")
+            relays[0].cut()
+            // Opened before the conflict, written after it.
+            async let writer = a.sh(#"exec 3>>"$M/f" && touch '\#(opened)' && read _ < '\#(go)' && printf 'A2\n' >&3 && exec 3>&-"#, timeout: .seconds(90))
+            try await eventually(timeout: .seconds(10), "A's writer to open f") { FileManager.default.fileExists(atPath: opened) }
+            try await a.must(#"printf 'A1\n' >> "$M/f""#)
+            try await b.must(#"printf 'B\n' >> "$M/f""#)
+            try await b.waitUntilUploaded()
+            relays[0].rejoin()
+            try await a.expectEventually("A to keep its edit as a conflict version", devices: devices) {
+                try await a.xattr("f", "user.ubiq.hasUnresolvedConflicts") == "1"
+            }
+            try await a.must("echo go > '\(go)'")
+            let wrote = try await writer
+            #expect(wrote.status == 0, "\(wrote.stderr)")
+            try await a.waitUntilUploaded()
+            var contents: [String] = []
+            try await a.expectEventually("the server to hold B's line and A's later line (seen: \(contents))", devices: devices) {
+                let listed = try await http.send(.GET, APIPath.children(.default, .root)).decode(ItemList.self)
+                guard let file = listed.items.first(where: { $0.name == "f" }) else { return false }
+                contents = try await SeedFolderView.contents(of: [file], via: http).map { String(decoding: $0, as: UTF8.self) }
+                return contents.contains { $0.contains("B\n") } && contents.contains { $0.contains("A2\n") }
+            }
+        }
+    }
 }

@@ -77,16 +77,21 @@ extension SyncEngine {
 
     /// `takeServerFolder`: the server's folder wins even over a queued local move, whose name
     /// still goes up (`keepServerFolder`).
-    /// `onlyWithItsPlace`: nothing is taken, and false is returned, when the server moved the
+    /// `onlyWithItsPlace`: nothing is taken (`waitsForServerFolder`) when the server moved the
     /// item into a folder this device does not have yet (its create is still on the feed's
     /// way): taking the revision without the place would make the feed's change of it look
     /// old, and the move would never show here. The caller tries again once the feed has
     /// brought the folder.
+    /// Nothing is taken either (`waitsForWriters`) when the server's content would replace a
+    /// file that a writer has open: its next writes would edit the old copy with the new
+    /// revision as their base, and go up over the other device's content. The feed's change
+    /// of that content waits for the last close; the caller tries again then.
     @discardableResult
-    func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false, takeServerFolder: Bool = false, onlyWithItsPlace: Bool = false) throws -> Bool {
-        let (taken, inval, effects) = try store.write { w -> (Bool, [KernelInvalidation], EffectsAfterCommit) in
+    func rebase(_ ino: Int64, on current: ItemMetadata, keepContent: Bool = false, takeServerFolder: Bool = false, onlyWithItsPlace: Bool = false) throws -> Rebased {
+        let (taken, inval, effects) = try store.write { w -> (Rebased, [KernelInvalidation], EffectsAfterCommit) in
             var effects = EffectsAfterCommit()
-            guard var item = try w.reader.item(ino) else { return (true, [], effects) }
+            guard var item = try w.reader.item(ino) else { return (.taken, [], effects) }
+            if !keepContent && replacesContentUnderWriters(item, with: current) { return (.waitsForWriters, [], effects) }
             var out: [KernelInvalidation] = [.inode(ino)]
             // What changed on the server applies here too, except what a local change still
             // queued will send (the feed skipped those changes while this one waited). The
@@ -95,7 +100,7 @@ extension SyncEngine {
             let queued = try w.reader.queuedOps(for: ino)
             let localMove = queued.contains(.move)
             if onlyWithItsPlace, !localMove, let parentID = current.parentID, try w.reader.item(id: parentID) == nil {
-                return (false, [], effects)
+                return (.waitsForServerFolder, [], effects)
             }
             if !queued.contains(.attributes) { item.mode = current.mode }
             if !queued.contains(.xattrs) {
@@ -125,12 +130,33 @@ extension SyncEngine {
             if !keepContent { takeServerContent(&item, from: current, keepModified: queued.contains(.attributes), &effects) }
             try w.update(item)
             try noteConflicts(of: item, hadConflicts: hadConflicts, w.reader, &effects)
-            return (true, out, effects)
+            return (.taken, out, effects)
         }
         runAfterCommit(effects)
         observer.invalidate(inval)
         return taken
     }
 
+    enum Rebased {
+        case taken, waitsForServerFolder, waitsForWriters
+
+        /// What a request that needed the rebase does now.
+        var outcome: Outcome {
+            switch self {
+            case .taken: .again
+            case .waitsForServerFolder: .later(SyncEngine.waitingForServerFolder, after: .seconds(1), offline: false)
+            case .waitsForWriters: .later(SyncEngine.waitingForWriters, after: .seconds(1), offline: false)
+            }
+        }
+    }
+
+    /// True when the server's content would replace this file's while a writer has it open:
+    /// nothing that answers a request may do that (the feed holds such a change for the
+    /// writers), or the writer's next writes would edit the old copy under the new revision.
+    func replacesContentUnderWriters(_ item: LocalItem, with current: ItemMetadata) -> Bool {
+        item.kind == .file && item.content == .current && current.digest != item.serverDigest && openFiles.isOpenForWriting(item.ino)
+    }
+
     static let waitingForServerFolder = "waiting for the folder another device moved it into"
+    static let waitingForWriters = "waiting for the programs that have it open for writing to close it"
 }

@@ -11,6 +11,10 @@ extension SyncEngine {
     /// the edit (a rename, a chmod, attributes) go on from the new revision. So nothing is lost
     /// and nothing waits: every device sees the conflict, and any device can resolve it.
     /// A file written again meanwhile is sent again (its newer content becomes a version too).
+    /// A file that a writer still has open keeps its content and base here: a write through
+    /// that descriptor edits this device's version, so it must go up from the old base (and be
+    /// refused into a version of its own), not from the server's. The feed's change of the
+    /// file, held for the writers, brings the server's content at the last close.
     func keepAsConflictVersion(
         _ item: LocalItem, base: Revision, digest: ContentDigest, size: Int64, content: Data?, generation: UInt64, seq: Int64?
     ) async throws -> Outcome {
@@ -18,6 +22,7 @@ extension SyncEngine {
             id: Self.conflictVersionID(item.itemID, base: base, digest: digest), digest: digest, size: size,
             device: savingDevice, modified: item.modified, base: base)
         let result = try await remote.addConflictVersion(item.itemID, AddConflictVersionRequest(version: version, content: content))
+        var underWriters = false
         let recorded = try store.write { w -> EffectsAfterCommit? in
             guard var row = try w.reader.item(item.ino), row.itemID == item.itemID,
                   openFiles.uploaded(item.ino, generation: generation, stillDirty: row.content == .dirty)
@@ -25,12 +30,17 @@ extension SyncEngine {
             var effects = EffectsAfterCommit()
             if let seq { try w.dequeue(seq) }
             try w.forgetSentContents(of: item.ino)
-            row.takeRevision(of: result)
             row.uploadError = nil
             // The cache file holds the edit, which the server now keeps as a version.
             row.content = .current
-            try takeServerContent(&row, from: result, keepModified: try w.reader.queuedOps(for: item.ino).contains(.attributes), &effects)
-            try settleXattrChanges(row, heldByServer: result, w)
+            underWriters = openFiles.isOpenForWriting(item.ino)
+            if underWriters {
+                row.conflicts = result.conflicts
+            } else {
+                row.takeRevision(of: result)
+                try takeServerContent(&row, from: result, keepModified: try w.reader.queuedOps(for: item.ino).contains(.attributes), &effects)
+                try settleXattrChanges(row, heldByServer: result, w)
+            }
             try w.update(row)
             effects.invalidations.append(.inode(item.ino))
             effects.events.append(MountEvent(
@@ -38,10 +48,14 @@ extension SyncEngine {
                 detail: "another device's edit reached the server first; this device's edit is kept as a conflict version"))
             return effects
         }
-        trace("upload: \(Self.short(digest)) kept as a conflict version, r\(result.revision)\(recorded == nil ? "; written meanwhile: again" : "")", ino: item.ino)
+        trace("upload: \(Self.short(digest)) kept as a conflict version, r\(result.revision)\(recorded == nil ? "; written meanwhile: again" : underWriters ? "; open for writing: the base stays" : "")", ino: item.ino)
         guard let recorded else { return .again }
         runAfterCommit(recorded)
         observer.invalidate(recorded.invalidations)
+        if underWriters {
+            setConnected(true, error: nil)
+            return .done
+        }
         // What else changed on the server while this edit waited (another device's rename,
         // move, chmod or attributes) came on the feed as older revisions, which the feed left
         // to this answer: it applies here too, as far as no local change of it is queued.
@@ -100,8 +114,7 @@ extension SyncEngine {
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict || code == .versionNotFound {
             let server: ItemMetadata
             if let current { server = current } else { server = try await remote.item(item.itemID) }
-            try rebase(item.ino, on: server)
-            return .again
+            return try rebase(item.ino, on: server).outcome
         }
     }
 }

@@ -78,10 +78,7 @@ extension SyncEngine {
             let heldNow = try store.read { try $0.item(item.ino) }?.serverDigest
             if current.digest == item.serverDigest || current.digest == heldNow {
                 // Only metadata changed on the server (a rename, a chmod): both apply.
-                guard try rebase(item.ino, on: current, keepContent: true, onlyWithItsPlace: true) else {
-                    return .later(Self.waitingForServerFolder, after: .seconds(1), offline: false)
-                }
-                return .again
+                return try rebase(item.ino, on: current, keepContent: true, onlyWithItsPlace: true).outcome
             }
             if let theirs = current.digest, try store.read({ try $0.sentContentDigests(of: item.itemID) }).contains(theirs) {
                 // An earlier version from here: its answer was lost (the daemon died after the

@@ -134,10 +134,7 @@ extension SyncEngine {
                     return edit
                 }
                 // Metadata changes apply on top of whatever changed meanwhile: rebase and resend.
-                guard try rebase(item.ino, on: current, onlyWithItsPlace: true) else {
-                    return .later(Self.waitingForServerFolder, after: .seconds(1), offline: false)
-                }
-                return .again
+                return try rebase(item.ino, on: current, onlyWithItsPlace: true).outcome
             } catch let RemoteError.refused(code, _, current) where code == .nameExists {
                 return try await nameTaken(by: current, for: item.ino)
             } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
