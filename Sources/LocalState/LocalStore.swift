@@ -26,6 +26,7 @@ public final class LocalStore: Sendable {
         self.path = path
         var config = Configuration()
         config.prepareDatabase { db in
+            db.add(function: NameKey.sqlFunction)
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
             try db.execute(sql: "PRAGMA wal_autocheckpoint = 10000")
             // Once checkpointed and reset, the WAL file is cut back to 8 MiB, not left at its peak.
@@ -39,7 +40,9 @@ public final class LocalStore: Sendable {
     /// An in-memory database, for unit tests of the layers above.
     public init(inMemory: Void = ()) throws {
         path = nil
-        pool = try DatabaseQueue()
+        var config = Configuration()
+        config.prepareDatabase { db in db.add(function: NameKey.sqlFunction) }
+        pool = try DatabaseQueue(configuration: config)
         try Self.migrator.migrate(pool)
     }
 

@@ -176,6 +176,52 @@ extension LocalStore {
                 CREATE TABLE key_value_writes (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, value BLOB);
                 """)
         }
+        m.registerMigration("v16: name keys") { db in
+            // A plain name lowercased and reversed (`NameKey`), so that `name LIKE[c] '*.txt'`
+            // reads a range of this index instead of every name. Kept by triggers with the
+            // function each connection registers (`LocalStore`), so that no writer has to know.
+            try db.execute(sql: """
+                ALTER TABLE items ADD COLUMN name_key TEXT;
+                UPDATE items SET name_key = \(NameKey.function)(name);
+                CREATE TRIGGER items_name_key_on_insert AFTER INSERT ON items BEGIN
+                    UPDATE items SET name_key = \(NameKey.function)(NEW.name) WHERE ino = NEW.ino;
+                END;
+                CREATE TRIGGER items_name_key_on_rename AFTER UPDATE OF name ON items WHEN OLD.name IS NOT NEW.name BEGIN
+                    UPDATE items SET name_key = \(NameKey.function)(NEW.name) WHERE ino = NEW.ino;
+                END;
+                CREATE INDEX items_by_name_key ON items(plain_name, name_key);
+                """)
+        }
         return m
+    }
+}
+
+/// The key of a plain name (ASCII without a carriage return, `plain_name`): lowercased and
+/// reversed, so that the names ending in a given suffix, of any case, are one range of keys
+/// (those starting with the suffix reversed). Nil for any other name: those are compared one
+/// by one, as Unicode asks.
+public enum NameKey {
+    static let function = "ubiq_name_key"
+
+    public static func of(_ name: String) -> String? {
+        let scalars = name.unicodeScalars
+        guard scalars.allSatisfy({ $0.isASCII && $0 != "\r" }) else { return nil }
+        return String(String.UnicodeScalarView(scalars.reversed().map { s in
+            (0x41...0x5A).contains(s.value) ? Unicode.Scalar(s.value + 0x20)! : s
+        }))
+    }
+
+    /// The range of keys of the names that end in `suffix` (plain, any case): keys from the
+    /// suffix reversed and lowercased, up to the first string after every one that starts so.
+    public static func range(endingIn suffix: String) -> (low: String, high: String)? {
+        guard !suffix.isEmpty, let low = of(suffix), let last = low.unicodeScalars.last, last.value < 0x7F else { return nil }
+        var high = String(low.unicodeScalars.dropLast())
+        high.unicodeScalars.append(Unicode.Scalar(last.value + 1)!)
+        return (low, high)
+    }
+
+    /// `ubiq_name_key(name)`, for the triggers that keep `name_key`.
+    static let sqlFunction = DatabaseFunction(function, argumentCount: 1, pure: true) { values in
+        String.fromDatabaseValue(values[0]).flatMap(of)
     }
 }

@@ -258,7 +258,28 @@ public struct SQLCompiler {
         } else {
             native = "(\(subject) GLOB \(bind(Self.globPattern(parts))))"
         }
-        return "(CASE WHEN \(plain) THEN \(c.op == .notEqual ? "NOT " : "")\(native) ELSE \(exact) END)"
+        let each = "(CASE WHEN \(plain) THEN \(c.op == .notEqual ? "NOT " : "")\(native) ELSE \(exact) END)"
+        // A name ending in a literal (`*.txt`): only the plain names whose key (the name
+        // lowercased and reversed, `NameKey`) falls in the suffix's range can match, and the
+        // index on (plain_name, name_key) lists them without reading every name; the other
+        // names are compared one by one. As a list of rows, so that SQLite reads those rows
+        // by their ino (an OR of the two conditions made it read the whole table).
+        if subject == "i.name", c.op != .notEqual, let suffix = Self.suffix(parts), let range = NameKey.range(endingIn: suffix) {
+            let candidates = "SELECT ino FROM items WHERE plain_name = 1 AND name_key >= \(bind(range.low)) AND name_key < \(bind(range.high)) UNION ALL SELECT ino FROM items WHERE plain_name = 0"
+            return "(i.ino IN (\(candidates)) AND \(each))"
+        }
+        return each
+    }
+
+    /// The literal a pattern ends in when it is `*` and then only literal characters.
+    static func suffix(_ parts: [Part]) -> String? {
+        guard parts.count > 1, case .any = parts[0] else { return nil }
+        var literal = ""
+        for part in parts.dropFirst() {
+            guard case .literal(let c) = part else { return nil }
+            literal.append(c)
+        }
+        return literal
     }
 
     typealias Part = QueryText.GlobPart
