@@ -182,7 +182,7 @@ struct RecoveryTests {
         }
     }
 
-    @Test("a file whose lost create another device then changed is not overwritten by this device's later edit")
+    @Test("a file whose lost create another device then changed is not overwritten by this device's later edit: that edit becomes a conflict version")
     func lostCreateAnswerThenChangedElsewhere() async throws {
         let first = try Harness()
         defer { first.close() }
@@ -194,12 +194,17 @@ struct RecoveryTests {
         let theirs = pattern(1_000, seed: 9)
         _ = try first.remote.otherDevice.updateContent(try #require(first.remote.item(atPath: "/shared.bin")).id, to: theirs)
         let h = try first.restarted()
-        try await h.overwrite(ino, pattern(300_010, seed: 2))
+        let mine = pattern(300_010, seed: 2)
+        try await h.overwrite(ino, mine)
         try await h.running([.outbox]) {
-            try await eventually("the edit to wait as a conflict") { try h.xattr(ino, "user.ubiq.uploadingError")?.hasPrefix("conflict") == true }
+            try await eventually("the edit to settle as a conflict version") { try h.outbox().isEmpty }
+            let id = try #require(h.remote.item(atPath: "/shared.bin")).id
             #expect(h.remote.content(atPath: "/shared.bin") == theirs, "the other device's version stays")
+            #expect(h.remote.liveItem(id)?.conflicts.map(\.digest) == [ContentDigest.of(mine)], "this device's edit is kept as a conflict version")
             #expect(h.remote.tree().count == 1)
-            #expect(Set(try h.pending(ino)) == [.content], "this device's edit is kept, queued")
+            #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1")
+            #expect(try await h.read(ino) == theirs, "the file shows the server's version")
         }
     }
 

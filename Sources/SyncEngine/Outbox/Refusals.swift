@@ -23,13 +23,22 @@ extension SyncEngine {
         } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
             return try resurrectLocal(item.ino)  // created and deleted since: the ID stays taken
         }
+        // The revision this device's content goes up from: the server's, unless another device
+        // edited the file since the create (then the create's own, below).
+        var base = (revision: current.revision, digest: current.digest)
         if item.kind == .file, try !store.read({ try $0.sentContentDigests(of: item.itemID) }).contains(current.digest ?? .empty) {
-            return try await takeContentEditedSinceCreate(item, current) ?? Self.contentConflict(current)
+            if let taken = try await takeContentEditedSinceCreate(item, current) { return taken }
+            // Edited here too: both edits descend from the create. The file goes up from the
+            // create's revision, so that the server refuses it as from a stale base and it
+            // becomes a conflict version, as any edit that lost does (`keepAsConflictVersion`).
+            guard let created = try await createdVersion(of: item) else { return Self.contentConflict(current) }
+            base = (created.revision, created.digest)
         }
         let moved = try store.write { w -> [KernelInvalidation] in
             guard var row = try w.reader.item(item.ino), row.itemID == current.id, row.revision == nil else { return [] }
             row.takeRevision(of: current)
-            row.serverDigest = current.digest
+            row.revision = base.revision
+            row.serverDigest = base.digest
             // The create is on the server: the error its lost answers left is no longer true.
             row.uploadError = nil
             var localParentID = try row.parent.flatMap { try w.reader.item($0)?.itemID }
@@ -47,7 +56,11 @@ extension SyncEngine {
             try w.update(row)
             try w.forgetSentContents(of: row.ino)
             if row.name != current.name || localParentID != current.parentID { try w.enqueue(.move, ino: row.ino) }
-            if row.mode != current.mode || row.modified != current.modified { try w.enqueue(.attributes, ino: row.ino) }
+            // The modification time is the content's: one that lost to another device's stays with
+            // its conflict version.
+            if row.mode != current.mode || (base.revision == current.revision && row.modified != current.modified) {
+                try w.enqueue(.attributes, ino: row.ino)
+            }
             if row.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: row.ino) }
             return invalidations
         }
@@ -116,6 +129,14 @@ extension SyncEngine {
         observer.invalidate(effects.invalidations)
         // The rest of the create (its place, mode, attributes) is settled as for any lost create.
         return .again
+    }
+
+    /// The server's earlier version of the item that this device's lost create made: the
+    /// oldest one whose content this device sent. Nil when the server no longer keeps it
+    /// (older than `--keep-versions`).
+    func createdVersion(of item: LocalItem) async throws -> EarlierVersion? {
+        let sent = try store.read { try $0.sentContentDigests(of: item.itemID) }
+        return try await remote.earlierVersions(of: item.itemID).last { sent.contains($0.digest) }
     }
 
     /// Two devices edited the same base and the server has the other one's: this device's
