@@ -177,11 +177,16 @@ public struct MountStatusReport: Codable, Sendable, Equatable {
     public var cachedBytes: Int64
     public var cacheLimit: Int64?
     public var items: Int
+    /// The mount lists the container's whole tree (as of its last catch-up with the server):
+    /// false on a fresh device until its first sync has ended.
+    public var hasWholeTree: Bool
 
     public init(
         mountpoint: String, server: String, account: String, container: String, device: String, connected: Bool,
-        lastError: String?, pendingUploads: Int, activeDownloads: Int, cachedBytes: Int64, cacheLimit: Int64?, items: Int
+        lastError: String?, pendingUploads: Int, activeDownloads: Int, cachedBytes: Int64, cacheLimit: Int64?, items: Int,
+        hasWholeTree: Bool
     ) {
+        self.hasWholeTree = hasWholeTree
         self.mountpoint = mountpoint
         self.server = server
         self.account = account

@@ -134,7 +134,12 @@ extension SyncEngine {
             }
             cursor = page.cursor
             if page.changes.isEmpty { state.withLock { $0.cursor = cursor } }
-            if !page.hasMore { return cursor }
+            if !page.hasMore {
+                if try store.read({ try $0.meta(Self.wholeTreeMeta) }) == nil {
+                    try store.write { w in try w.setMeta(Self.wholeTreeMeta, "1") }
+                }
+                return cursor
+            }
         }
     }
 

@@ -130,6 +130,9 @@ public final class SyncEngine: Sendable {
         public var cachedBytes: Int64
         public var cacheLimit: Int64?
         public var itemCount: Int
+        /// The index has held the container's whole tree since a catch-up with the server
+        /// ended (in this run or an earlier one): listings are complete as of then.
+        public var hasWholeTree: Bool
     }
 
     public func status() throws -> Status {
@@ -137,9 +140,14 @@ public final class SyncEngine: Sendable {
         return try store.read { r in
             Status(connected: connected, lastError: lastError, pendingUploads: try r.outboxCount(),
                    activeDownloads: downloads.activeCount, cachedBytes: try r.cachedBytesTotal(),
-                   cacheLimit: configuration.cacheLimit, itemCount: try r.itemCount())
+                   cacheLimit: configuration.cacheLimit, itemCount: try r.itemCount(),
+                   hasWholeTree: try r.meta(Self.wholeTreeMeta) != nil)
         }
     }
+
+    /// Set once the first catch-up with the server ends (`catchUp`): before, the index holds
+    /// only the pages of the change log applied so far.
+    static let wholeTreeMeta = "whole_tree"
 
     /// Whether a download runs or a change waits to go up: while one does, progress moves
     /// without a commit to tell of it.

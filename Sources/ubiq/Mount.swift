@@ -18,6 +18,7 @@ struct Mount: AsyncParsableCommand {
     @Option(help: "This device's name, shown in conflict versions.") var device: String?
     @Option(help: "Largest local content to keep, e.g. 500M or 10G; least recently used clean files are evicted beyond it.") var cacheSize: String?
     @Flag(help: "Stay in the foreground (logs on stderr).") var foreground = false
+    @Flag(help: "Return as soon as the mount answers, before a fresh device's first sync has brought the whole tree.") var noWait = false
     @Flag(help: "Let other users use the mount (needs root or user_allow_other in /etc/fuse.conf); file modes still apply.") var allowOther = false
     @Option(help: "Log level.") var logLevel: String = "info"
 
@@ -125,6 +126,7 @@ struct Mount: AsyncParsableCommand {
             }
             if MountTable.isUbiqMount(config.mountpoint), (try? await control.get(ControlPath.status) as MountStatusReport) != nil,
                Self.rootShowsItsMode(config.mountpoint) {
+                if !noWait { try await waitForWholeTree(control, pid: pid, log: log) }
                 print("mounted \(config.mountpoint)")
                 return
             }
@@ -135,6 +137,32 @@ struct Mount: AsyncParsableCommand {
 }
 
 extension Mount {
+    /// Waits until the mount lists the container's whole tree: on a fresh device, until its
+    /// first sync has ended (an already synced device has it at once), so that a script's
+    /// `ubiq mount ~/Cloud && cp -r ~/Cloud/Photos …` copies every photo. On a terminal the
+    /// items synced so far count up. Returns early, and says so, when the server cannot be
+    /// reached (the mount then shows what this device holds, and the rest as it comes).
+    func waitForWholeTree(_ control: ControlClient, pid: pid_t, log: String) async throws {
+        let counting = isatty(STDERR_FILENO) != 0
+        var counted = false
+        defer { if counted { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) } }
+        while true {
+            guard Spawn.isAlive(pid) else { throw Failure("the mount daemon stopped during the first sync; see \(log)") }
+            if let status: MountStatusReport = try? await control.get(ControlPath.status) {
+                if status.hasWholeTree { return }
+                if !status.connected, let error = status.lastError {
+                    FileHandle.standardError.write(Data("ubiq: the first sync has not ended (\(error)); the mount shows what this device holds, and the rest as it comes\n".utf8))
+                    return
+                }
+                if counting {
+                    FileHandle.standardError.write(Data("\rsyncing: \(status.items) items".utf8))
+                    counted = true
+                }
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
     /// Until the kernel has asked the daemon for the root folder's attributes, it checks access
     /// against those it made up at mount time: a folder with no permission bits. Root passes
     /// that check anyway; an ordinary user's first `echo > ~/Cloud/f` right after `ubiq mount`
