@@ -73,7 +73,7 @@ struct Status: AsyncParsableCommand {
                 print("uploads:   \(report.pendingUploads) pending")
                 print("downloads: \(report.activeDownloads) running")
                 print("cache:     \(report.cachedBytes) bytes\(report.cacheLimit.map { " of \($0)" } ?? "")")
-                print("items:     \(report.items)")
+                print("items:     \(report.items)\(report.hasWholeTree ? "" : " (the first sync has not ended: the tree is not whole yet)")")
             }
             return
         }
