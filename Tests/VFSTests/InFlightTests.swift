@@ -43,6 +43,29 @@ struct InFlightTests {
         }
     }
 
+    /// Found by the jitter run (seed 13758878939048665277): this device moved `b` out of
+    /// `c/f` and then `c/f` into `b`. The first move's request failed and waited to be tried
+    /// again; the second went meanwhile, and the server refused it as a move below itself.
+    /// That cycle was this device's own order, not another device's move: the second move
+    /// must wait for the first, not be undone.
+    @Test("a folder moved into a folder that an earlier move of this device, still waiting, takes out of it stays moved")
+    func aMoveAheadOfTheMoveItNeedsWaitsForIt() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let c = try h.mkdir("c")
+        let f = try h.mkdir("f", in: c)
+        let b = try h.mkdir("b", in: f)
+        try await h.running {
+            try await settled(h)
+            h.remote.failNext(.updateItem, with: .protocolError("injected: the server failed"))
+            try h.fs.rename(parent: f, name: n("b"), newParent: rootIno, newName: n("b"), noReplace: false, exchange: false)
+            try h.fs.rename(parent: c, name: n("f"), newParent: b, newName: n("f"), noReplace: false, exchange: false)
+            try await eventually("both moves to reach the server") { try h.outbox().isEmpty && h.remote.item(atPath: "/b/f") != nil }
+            #expect(try h.ino("/b/f") == f, "the folder stays where it was moved here")
+            #expect(h.remote.item(atPath: "/c/f") == nil)
+        }
+    }
+
     @Test(
         "a second rename made while the first one is being sent reaches the server"
     )

@@ -32,6 +32,7 @@ extension SyncEngine {
     /// now it is an error the entry reports, and the entry is tried again later.
     static let maxNesting = 512
     public static let loopOfWaits = "requests wait on one another in a loop"
+    static let waitingForEarlierMove = "waiting for an earlier move of this device to reach the server"
 
     /// `sendMarkingStarted`, one level deeper in `nesting`, unless the entry is an upload that
     /// waits for a writer, or the chain of waits up this call is `maxNesting` deep (a loop of waits:
@@ -147,6 +148,13 @@ extension SyncEngine {
                 }
                 return try resurrectLocal(item.ino)
             } catch let RemoteError.refused(code, _, _) where code == .invalidMove && entry.op == .move {
+                // A move of this device queued before this one, still waiting (a failed request
+                // tried again later), may be what takes the folder it moves into out of it: then
+                // the server's tree is this device's own order not yet sent, and this move waits
+                // for it. Only another device's move is kept over this one.
+                if try store.read({ try $0.outbox(limit: 10_000) }).contains(where: { $0.seq < entry.seq && $0.op == .move && $0.ino != entry.ino }) {
+                    return .later(Self.waitingForEarlierMove, after: .seconds(1), offline: false)
+                }
                 return try await keepServerFolder(item)
             }
         case .resolve:
