@@ -651,6 +651,7 @@ SYSTEMS = ("ubiq", "native", "rclone")
 def rows(p):
     big = f"{p.big_mib} MiB"
     return [
+        ("fresh_mount", f"fresh device: from mount until find counts all {p.files:,} files", "s"),
         ("ls_cold", f"ls -lR of {p.files:,} files, cold (median of 3)", "s"),
         ("ls_warm", "ls -lR, warm (each after a cold one; median)", "s"),
         ("stat_rate", f"stat of each of the {p.files:,} files", "stats/s"),
