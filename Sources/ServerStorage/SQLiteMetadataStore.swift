@@ -434,12 +434,11 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     /// caller's transaction: nothing when the content stays.
     func keepEarlier(_ item: ItemMetadata, replacedBy digest: ContentDigest?, in container: ContainerRef, db: Database) throws {
         guard item.kind == .file, let old = item.digest, old != digest, let revision = Int64(item.revision.rawValue) else { return }
-        let savedBy = try String.fetchOne(
-            try db.cachedStatement(sql: "SELECT saved_by FROM items WHERE container_key = ? AND id = ?"), arguments: [container.key, item.id.rawValue])
+        // The device comes from the item's row, which still holds the replaced content's.
         try db.cachedStatement(sql: """
             INSERT OR REPLACE INTO earlier_versions (container_key, item_id, revision, digest, size, modified, replaced, device)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [container.key, item.id.rawValue, revision, old.hex, item.size, item.modified, now(), savedBy])
+            SELECT container_key, id, ?, ?, ?, ?, ?, saved_by FROM items WHERE container_key = ? AND id = ?
+            """).execute(arguments: [revision, old.hex, item.size, item.modified, now(), container.key, item.id.rawValue])
     }
 
     public func earlierVersions(of id: ItemID, in container: ContainerRef) async throws -> [EarlierVersion] {
