@@ -338,12 +338,13 @@ extension SyncEngine {
     /// its name.
     func makeRoom(for clash: LocalItem, _ w: LocalWriter, _ effects: inout EffectsAfterCommit) throws {
         var moved = clash
-        if try clash.revision == nil || w.reader.pendingOps(for: clash.ino) > 0 {
+        let unsent = try clash.revision == nil || w.reader.pendingOps(for: clash.ino) > 0
+        if unsent || openFiles.isOpenForWriting(clash.ino) {
             moved.name = ConflictNaming.conflictedCopyName(clash.name, device: configuration.deviceName, at: Self.now())
-            if clash.revision != nil { try w.enqueue(.move, ino: clash.ino) }
-            effects.sendQueued = true
-        } else if openFiles.isOpenForWriting(clash.ino) {
-            moved.name = ConflictNaming.conflictedCopyName(clash.name, device: configuration.deviceName, at: Self.now())
+            if unsent {
+                if clash.revision != nil { try w.enqueue(.move, ino: clash.ino) }
+                effects.sendQueued = true
+            }
         } else {
             moved.name = ConflictNaming.movingName(clash.itemID)
         }
