@@ -149,6 +149,12 @@ public struct LocalReader {
                          arguments: [ino, dueBy]).map(OutboxEntry.init(row:))
     }
 
+    /// Whether an `op` of another item than `ino` is queued before entry `seq`.
+    public func hasQueued(_ op: OutboxOp, before seq: Int64, otherThan ino: Int64) throws -> Bool {
+        try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE op = '\(op.rawValue)' AND seq < ? AND ino != ?)"),
+                          arguments: [seq, ino]) ?? false
+    }
+
     /// The queued deletion of the server item `id`, if any.
     public func queuedDelete(of id: ItemID) throws -> OutboxEntry? {
         try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM outbox WHERE op = 'delete' AND item_id = ? ORDER BY seq LIMIT 1"), arguments: [id.rawValue])

@@ -152,7 +152,7 @@ extension SyncEngine {
                 // tried again later), may be what takes the folder it moves into out of it: then
                 // the server's tree is this device's own order not yet sent, and this move waits
                 // for it. Only another device's move is kept over this one.
-                if try store.read({ try $0.outbox(limit: 10_000) }).contains(where: { $0.seq < entry.seq && $0.op == .move && $0.ino != entry.ino }) {
+                if try store.read({ try $0.hasQueued(.move, before: entry.seq, otherThan: entry.ino) }) {
                     return .later(Self.waitingForEarlierMove, after: .seconds(1), offline: false)
                 }
                 return try await keepServerFolder(item)
