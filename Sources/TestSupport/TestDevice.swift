@@ -139,6 +139,24 @@ public final class TestDevice: @unchecked Sendable {
     }
 }
 
+/// Mounts one more device on a running server for `body`, and always unmounts and removes it.
+public func withMountedDevice<T>(
+    _ name: String, server: ServerProcess, through url: String? = nil, user: String = "alice", password: String = "alice-pw",
+    extraArguments: [String] = [], _ body: (TestDevice) async throws -> T
+) async throws -> T {
+    let device = try await TestDevice.mount(name, server: server, through: url, user: user, password: password, extraArguments: extraArguments)
+    do {
+        let result = try await body(device)
+        await device.unmount()
+        device.remove()
+        return result
+    } catch {
+        await device.unmount()
+        device.remove()
+        throw error
+    }
+}
+
 /// Runs `body` with a live server and mounted devices, and always unmounts and stops them.
 public func withDevices<T>(
     _ names: [String], user: String = "alice", password: String = "alice-pw", serverArguments: [String] = [],

@@ -118,10 +118,10 @@ import Testing
             }
             try await monitor.event("accountChange") { $0["kind"] as? String == "accountChange" }
             #expect(try await a.must(#"cat "$M/first.txt" "$M/second.txt""#) == "first\nsecond\n", "local files are kept")
-            let b = try await TestDevice.mount("B", server: server, user: "alice", password: "new-pw")
-            #expect(try await b.must(#"ls -A "$M""#) == "", "nothing was sent to the new container")
-            await b.unmount()
-            b.remove()
+            try await withMountedDevice("B", server: server, password: "new-pw") { b in
+                let listed = try await b.must(#"ls -A "$M""#)
+                #expect(listed == "", "nothing was sent to the new container")
+            }
 
             // Mounted again: the old account's state is set aside, kept, and the new one shows.
             await a.unmount()
@@ -157,16 +157,9 @@ import Testing
             try await writer.must(#"for i in 1 2 3 4 5 6; do head -c 1000000 /dev/urandom > "$M/f$i.bin"; done; head -c 1000000 /dev/urandom > "$M/pinned.bin""#)
             try await writer.waitUntilUploaded()
             // A second device with a 2.5 MB cache limit.
-            let b = try await TestDevice.mount("B", server: server, user: "alice", password: "alice-pw", extraArguments: ["--cache-size", "2500000"])
-            do {
+            try await withMountedDevice("B", server: server, extraArguments: ["--cache-size", "2500000"]) { b in
                 try await checkCacheLimit(b)
-            } catch {
-                await b.unmount()
-                b.remove()
-                throw error
             }
-            await b.unmount()
-            b.remove()
         }
     }
 

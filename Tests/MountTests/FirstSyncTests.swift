@@ -23,21 +23,15 @@ extension ConvergenceTests {
                     #expect(r.status == 200 && made == 50)
                 }
             }
-            let b = try await TestDevice.mount("B", server: server, user: "alice", password: "alice-pw")
-            do {
+            try await withMountedDevice("B", server: server) { b in
                 // Right after `ubiq mount` returned, no waiting.
                 let found = try await b.must(#"find "$M" -mindepth 1 | wc -l"#)
                 #expect(found.trimmingCharacters(in: .whitespacesAndNewlines) == "3030")
                 let files = try await b.must(#"ls -lR "$M" | grep -c '^-'"#)
                 #expect(files.trimmingCharacters(in: .whitespacesAndNewlines) == "3000")
-                #expect(try await b.status().hasWholeTree)
-            } catch {
-                await b.unmount()
-                b.remove()
-                throw error
+                let status = try await b.status()
+                #expect(status.hasWholeTree)
             }
-            await b.unmount()
-            b.remove()
         }
     }
 }
