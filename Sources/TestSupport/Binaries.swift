@@ -37,14 +37,26 @@ public func run(
     let deadline = clock.now + timeout
     while process.isRunning {
         if clock.now >= deadline {
+            let stuck = StuckProcesses.report(below: process.processIdentifier)
             kill(process.processIdentifier, SIGKILL)
-            throw TestSupportError("\(executable) \(arguments) did not finish within \(timeout)")
+            let stdout = await outData.collected(grace: .milliseconds(100))
+            throw CommandTimedOut(description: """
+                \(executable) \(arguments) did not finish within \(timeout); it printed:
+                \(String(decoding: stdout, as: UTF8.self))
+                where it and its children were:
+                \(stuck)
+                """)
         }
         try await Task.sleep(for: .milliseconds(5))
     }
     let stdout = await outData.collected(grace: .seconds(2))
     let stderr = await errData.collected(grace: .seconds(2))
     return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+}
+
+/// A command that missed its deadline, with what it printed and where it was stuck.
+public struct CommandTimedOut: Error, CustomStringConvertible {
+    public var description: String
 }
 
 /// Collects what a child writes to a pipe, on a thread of its own.

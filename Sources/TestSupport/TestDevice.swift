@@ -68,7 +68,20 @@ public final class TestDevice: @unchecked Sendable {
     public func sh(_ command: String, timeout: Duration = .seconds(30)) async throws -> (status: Int32, stdout: String, stderr: String) {
         var env = environment
         env["M"] = mountpoint
-        return try await run("/bin/bash", ["-c", command], timeout: timeout, environment: env, directory: nil)
+        do {
+            return try await run("/bin/bash", ["-c", command], timeout: timeout, environment: env, directory: nil)
+        } catch var stuck as CommandTimedOut {
+            stuck.description += "\n[\(name)] " + (await hangReport())
+            throw stuck
+        }
+    }
+
+    /// Where the daemon's threads are and how many FUSE requests wait, with the end of its log:
+    /// what a command that hung on this mount was waiting for.
+    public func hangReport() async -> String {
+        let threads = (try? await daemonPID()).flatMap { $0 }.map { StuckProcesses.threads(of: $0) } ?? "no daemon"
+        let log = ((try? String(contentsOfFile: cache + "/daemon.log", encoding: .utf8)) ?? "").split(separator: "\n").suffix(40).joined(separator: "\n")
+        return "daemon threads:\n\(threads)\nFUSE requests:\n\(StuckProcesses.fuseRequestsWaiting())\nlog:\n\(log)"
     }
 
     /// Like `sh`, but a non-zero exit fails the test with the command's stderr.

@@ -52,7 +52,13 @@ struct RandomConvergenceTests {
                 let seed = Self.firstSeed &+ UInt64(index)
                 let started = ContinuousClock.now
                 let folder = "r\(index)"
-                let failure = try await runSeed(seed, folder: folder, server: server, http: http, devices: devices, relays: relays)
+                // A round that hangs fails its seed with where the commands were stuck.
+                let failure: String?
+                do {
+                    failure = try await runSeed(seed, folder: folder, server: server, http: http, devices: devices, relays: relays)
+                } catch {
+                    failure = "\(error)"
+                }
                 print("seed \(seed): \(failure == nil ? "passed" : "FAILED") in \(ContinuousClock.now - started)")
                 guard let failure else { continue }
                 var trace = ""
