@@ -103,6 +103,7 @@ extension SyncEngine {
         do {
             let result = try await remote.resolveConflicts(item.itemID, ResolveConflictsRequest(
                 baseRevision: base, settled: settled.sorted { $0.rawValue < $1.rawValue }, keep: keep, copies: copies.sorted { $0.rawValue < $1.rawValue }))
+            trace("resolution from r\(base) (keep \(keep?.rawValue ?? "current")): answer r\(result.revision) \(Self.short(result.digest))", ino: item.ino)
             runAfterCommit(try store.write { w in
                 var effects = EffectsAfterCommit()
                 try adoptMetadata(item.ino, result, sentFrom: base, w, &effects)
@@ -114,6 +115,7 @@ extension SyncEngine {
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict || code == .versionNotFound {
             let server: ItemMetadata
             if let current { server = current } else { server = try await remote.item(item.itemID) }
+            trace("resolution from r\(base) (keep \(keep?.rawValue ?? "current")): \(code), rebased on r\(server.revision) \(Self.short(server.digest))", ino: item.ino)
             return try rebase(item.ino, on: server).outcome
         }
     }
