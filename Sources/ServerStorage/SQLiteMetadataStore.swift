@@ -663,7 +663,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
 
     // MARK: ChangeLog
 
-    public func changes(in container: ContainerRef, since: ChangeCursor, limit: Int) async throws -> (changes: [ItemChange], cursor: ChangeCursor, hasMore: Bool) {
+    public func encodedChanges(in container: ContainerRef, since: ChangeCursor, limit: Int) async throws -> EncodedChangePage {
         guard let after = since.position else { throw StorageError.invalidCursor(since.rawValue) }
         let limit = max(1, limit)
         return try readNow { db in
@@ -671,18 +671,22 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             // a restore) would silently skip changes: refuse it so the client starts over.
             let highest = try Int64.fetchOne(try db.cachedStatement(sql: "SELECT seq FROM sqlite_sequence WHERE name = 'changes'")) ?? 0
             if after > highest { throw StorageError.invalidCursor(since.rawValue) }
-            let rows = try Row.fetchAll(
+            let rows = try Row.fetchCursor(
                 try db.cachedStatement(sql: "SELECT seq, kind, item_json FROM changes WHERE container_key = ? AND seq > ? ORDER BY seq LIMIT ?"),
                 arguments: [container.key, after, limit + 1])
-            let decoder = JSONDecoder()
-            var changes: [ItemChange] = []
-            for row in rows.prefix(limit) {
-                let seq: Int64 = row["seq"]
-                let item = try decoder.decode(ItemMetadata.self, from: row["item_json"] as Data)
-                changes.append(ItemChange(cursor: ChangeCursor(String(seq)), kind: ItemChange.Kind(rawValue: row["kind"])!, item: item))
+            var entries: [EncodedChangePage.Entry] = []
+            var hasMore = false
+            while let row = try rows.next() {
+                guard entries.count < limit else {
+                    hasMore = true
+                    break
+                }
+                let seq: Int64 = row[0]
+                let kind: String = row[1]
+                guard let parsed = ItemChange.Kind(rawValue: kind) else { throw DatabaseError(message: "change \(seq) has kind '\(kind)'") }
+                entries.append(.init(cursor: ChangeCursor(String(seq)), kind: parsed, item: row[2]))
             }
-            let cursor = changes.last?.cursor ?? since
-            return (changes, cursor, rows.count > limit)
+            return EncodedChangePage(entries: entries, cursor: entries.last?.cursor ?? since, hasMore: hasMore)
         }
     }
 

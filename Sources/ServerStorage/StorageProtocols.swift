@@ -198,8 +198,45 @@ public protocol MetadataStore: Sendable {
 /// changed after it. An item may come before its parent within one answer when the parent
 /// changed later; clients hold such items until the parent arrives.
 public protocol ChangeLog: Sendable {
-    func changes(in container: ContainerRef, since: ChangeCursor, limit: Int) async throws -> (changes: [ItemChange], cursor: ChangeCursor, hasMore: Bool)
+    /// A page of the log with each item as the JSON the log keeps of it (an `ItemMetadata`
+    /// encoding): a server sends it on without decoding and encoding it again, which was most
+    /// of its time in a large container's first sync.
+    func encodedChanges(in container: ContainerRef, since: ChangeCursor, limit: Int) async throws -> EncodedChangePage
     func latestCursor(in container: ContainerRef) async throws -> ChangeCursor
+}
+
+/// A page of the change log as stored: items still in their JSON.
+public struct EncodedChangePage: Sendable {
+    public struct Entry: Sendable {
+        public var cursor: ChangeCursor
+        public var kind: ItemChange.Kind
+        /// The item's `ItemMetadata`, JSON-encoded.
+        public var item: Data
+        public init(cursor: ChangeCursor, kind: ItemChange.Kind, item: Data) {
+            self.cursor = cursor
+            self.kind = kind
+            self.item = item
+        }
+    }
+
+    public var entries: [Entry]
+    public var cursor: ChangeCursor
+    public var hasMore: Bool
+    public init(entries: [Entry], cursor: ChangeCursor, hasMore: Bool) {
+        self.entries = entries
+        self.cursor = cursor
+        self.hasMore = hasMore
+    }
+}
+
+extension ChangeLog {
+    /// The page with its items decoded.
+    public func changes(in container: ContainerRef, since: ChangeCursor, limit: Int) async throws -> (changes: [ItemChange], cursor: ChangeCursor, hasMore: Bool) {
+        let page = try await encodedChanges(in: container, since: since, limit: limit)
+        let decoder = JSONDecoder()
+        let changes = try page.entries.map { ItemChange(cursor: $0.cursor, kind: $0.kind, item: try decoder.decode(ItemMetadata.self, from: $0.item)) }
+        return (changes, page.cursor, page.hasMore)
+    }
 }
 
 /// The key-value store of each container (NSUbiquitousKeyValueStore): key to value, the last

@@ -269,6 +269,8 @@ public struct BlobInfo: Codable, Sendable {
 }
 
 /// `GET /v1/containers/{c}/changes?since=…`.
+///
+/// A server sends its stored item JSON as it is (`encoded`); a client decodes the whole page.
 public struct ChangePage: Codable, Sendable {
     public var changes: [ItemChange]
     /// Pass as `since` next time.
@@ -279,6 +281,44 @@ public struct ChangePage: Codable, Sendable {
         self.changes = changes
         self.cursor = cursor
         self.hasMore = hasMore
+    }
+
+    /// The JSON of a page whose items are JSON already (each an `ItemMetadata` encoding): the
+    /// same document as encoding the page, with each item's bytes put in as they are.
+    public static func encoded(_ changes: [(cursor: ChangeCursor, kind: ItemChange.Kind, item: Data)], cursor: ChangeCursor, hasMore: Bool) -> Data {
+        var out = Data()
+        out.reserveCapacity(changes.reduce(64) { $0 + $1.item.count + 64 })
+        out.append(contentsOf: #"{"changes":["#.utf8)
+        for (index, change) in changes.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #"{"cursor":"#.utf8)
+            appendJSONString(change.cursor.rawValue, to: &out)
+            out.append(contentsOf: #","kind":"#.utf8)
+            appendJSONString(change.kind.rawValue, to: &out)
+            out.append(contentsOf: #","item":"#.utf8)
+            out.append(change.item)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(contentsOf: #"],"cursor":"#.utf8)
+        appendJSONString(cursor.rawValue, to: &out)
+        out.append(contentsOf: (hasMore ? #","hasMore":true}"# : #","hasMore":false}"#).utf8)
+        return out
+    }
+
+    /// A JSON string literal: quotes, backslashes and control characters escaped.
+    static func appendJSONString(_ string: String, to out: inout Data) {
+        out.append(UInt8(ascii: "\""))
+        for byte in string.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+                out.append(contentsOf: [UInt8(ascii: "\\"), byte])
+            case 0..<0x20:
+                out.append(contentsOf: String(format: "\\u%04x", byte).utf8)
+            default:
+                out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
     }
 }
 

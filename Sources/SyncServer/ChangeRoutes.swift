@@ -14,7 +14,8 @@ extension SyncServer {
             guard let limit = Int(rawLimit) else {
                 throw APIError(.invalidRequest, "limit must be a number of 1…10000, not '\(rawLimit)'")
             }
-            return try json(try await c.changes(since: since, limit: limit))
+            let page = try await c.changes(since: since, limit: limit)
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: page)))
         }
         router.get("/v1/containers/:container/changes/stream") { request, context in
             let c = try await container(context)

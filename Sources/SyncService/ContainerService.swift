@@ -104,13 +104,13 @@ public struct ContainerService: Sendable {
 
     public static let pageLimits = 1...10_000
 
-    /// One page of the change log after `since`.
-    public func changes(since: ChangeCursor, limit: Int) async throws -> ChangePage {
+    /// One page of the change log after `since`, as the JSON of a `ChangePage`.
+    public func changes(since: ChangeCursor, limit: Int) async throws -> Data {
         guard Self.pageLimits.contains(limit) else {
             throw APIError(.invalidRequest, "limit must be a number of 1…10000, not '\(limit)'")
         }
-        let page = try await storage.changes.changes(in: ref, since: since, limit: limit)
-        return ChangePage(changes: page.changes, cursor: page.cursor, hasMore: page.hasMore)
+        let page = try await storage.changes.encodedChanges(in: ref, since: since, limit: limit)
+        return ChangePage.encoded(page.entries.map { ($0.cursor, $0.kind, $0.item) }, cursor: page.cursor, hasMore: page.hasMore)
     }
 
     /// The change log from `since` on, for a push stream; the cursor is checked now, while a

@@ -25,6 +25,27 @@ import Testing
         }
     }
 
+    /// A page put together from stored item JSON reads back as the page it stands for, with
+    /// names and cursors that need escaping.
+    @Test func aPageOfStoredItemJSONDecodesAsThePage() throws {
+        let items = [
+            ItemMetadata(id: .random(), parentID: .root, name: "quote \" back\\slash\ttab é", kind: .file, revision: Revision("7"),
+                         size: 3, digest: sha256(Data("abc".utf8)), mode: 0o644, created: 1, modified: 2, xattrs: ["user.t": Data([0, 255])]),
+            ItemMetadata(id: .random(), parentID: .root, name: "gone", kind: .folder, revision: Revision("8"),
+                         size: 0, digest: nil, mode: 0o755, created: 3, modified: 4, deleted: true),
+        ]
+        let encoder = JSONEncoder()
+        let cursors = [ChangeCursor("7"), ChangeCursor("odd \"cursor\"\u{1}")]
+        let entries = try zip(items, cursors).map { item, cursor in (cursor: cursor, kind: item.deleted ? ItemChange.Kind.delete : .upsert, item: try encoder.encode(item)) }
+        for hasMore in [true, false] {
+            let page = try JSONDecoder().decode(ChangePage.self, from: ChangePage.encoded(entries, cursor: cursors[1], hasMore: hasMore))
+            #expect(page.changes == zip(items, entries).map { ItemChange(cursor: $1.cursor, kind: $1.kind, item: $0) })
+            #expect(page.cursor == cursors[1] && page.hasMore == hasMore)
+        }
+        let empty = try JSONDecoder().decode(ChangePage.self, from: ChangePage.encoded([], cursor: .start, hasMore: false))
+        #expect(empty.changes.isEmpty && empty.cursor == .start && !empty.hasMore)
+    }
+
     @Test func thePushStreamDeliversNewChangesWithin100ms() async throws {
         try await withLive { live in
             let (a, c) = (live.alice, live.c)
