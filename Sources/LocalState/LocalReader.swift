@@ -34,6 +34,13 @@ public struct LocalReader {
         try items("SELECT * FROM items WHERE item_id = ?", [id.rawValue]).first
     }
 
+    /// Where a folder is in the index, and whether what comes into it is pinned: all an item
+    /// arriving in it needs of it, without decoding its row.
+    public func folderPlace(id: ItemID) throws -> (ino: Int64, pinned: Bool)? {
+        try Row.fetchOne(try db.cachedStatement(sql: "SELECT ino, pinned FROM items WHERE item_id = ?"), arguments: [id.rawValue])
+            .map { (ino: $0[0], pinned: $0[1]) }
+    }
+
     public func child(of parent: Int64, named name: String) throws -> LocalItem? {
         try items("SELECT * FROM items WHERE parent = ? AND name = ?", [parent, name]).first
     }
@@ -75,17 +82,27 @@ public struct LocalReader {
 
     enum WalkEnd { case top, stopped, missing }
 
+    /// One step of a walk up: an item's folder and name, all a walk needs.
+    struct Step {
+        let parent: Int64?
+        let name: String
+    }
+
     /// Hands `visit` each item from `ino` up to the root (not included), until it returns
-    /// true. The one walk up the tree, and so the one place its bound is kept.
-    func walkUp(from ino: Int64, _ visit: (LocalItem) throws -> Bool) throws -> WalkEnd {
+    /// true. The one walk up the tree, and so the one place its bound is kept. Each step reads
+    /// two columns, not the row: paths are made for every item a sync brings, and decoding
+    /// whole rows (attributes, conflict versions) made the walk most of a first sync's time.
+    func walkUp(from ino: Int64, _ visit: (Step) throws -> Bool) throws -> WalkEnd {
+        let statement = try db.cachedStatement(sql: "SELECT parent, name FROM items WHERE ino = ?")
         var cursor: Int64? = ino
         var steps = 0
         while let c = cursor, c != LocalItem.rootIno {
-            guard let item = try item(c) else { return .missing }
-            if try visit(item) { return .stopped }
+            guard let row = try Row.fetchOne(statement, arguments: [c]) else { return .missing }
+            let step = Step(parent: row[0], name: row[1])
+            if try visit(step) { return .stopped }
             steps += 1
             if steps > TreeCycleError.deepest { throw TreeCycleError(ino: ino) }
-            cursor = item.parent
+            cursor = step.parent
         }
         return .top
     }

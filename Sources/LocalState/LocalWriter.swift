@@ -7,14 +7,18 @@ public struct LocalWriter {
     let db: Database
     public var reader: LocalReader { LocalReader(db: db) }
 
+    /// With the name's query columns (`plain_name`, `name_key`; see `NameKey`), so that no
+    /// trigger rewrites the new row.
     @discardableResult
     public func insert(_ item: LocalItem) throws -> LocalItem {
         var item = item
+        let key = NameKey.of(item.name)
         try db.cachedStatement(sql: """
             INSERT INTO items (item_id, parent, name, kind, size, mode, uid, gid, created, modified, changed, xattrs,
-                revision, server_digest, content, cached_bytes, pinned, last_access, download_error, upload_error, conflicts)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: item.columnValues)
+                revision, server_digest, content, cached_bytes, pinned, last_access, download_error, upload_error, conflicts,
+                plain_name, name_key)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: item.columnValues + [key != nil, key])
         item.ino = db.lastInsertedRowID
         return item
     }

@@ -44,7 +44,8 @@ extension LocalItem {
     }
 
     var columnValues: StatementArguments {
-        let xattrJSON = (try? JSONEncoder().encode(xattrs)) ?? Data("{}".utf8)
+        // Most items have no attributes: their JSON needs no encoder.
+        let xattrJSON = xattrs.isEmpty ? Data("{}".utf8) : (try? JSONEncoder().encode(xattrs)) ?? Data("{}".utf8)
         let conflictJSON = conflicts.isEmpty ? nil : try? JSONEncoder().encode(conflicts)
         return [
             itemID.rawValue, parent, name, kind.rawValue, size, Int64(mode), Int64(uid), Int64(gid), created, modified, changed,

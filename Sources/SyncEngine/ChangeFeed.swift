@@ -114,19 +114,31 @@ extension SyncEngine {
         return try store.read { try $0.meta("cursor") }.map(ChangeCursor.init(_:))
     }
 
-    /// Catches up with pages of the change log, then returns the cursor to stream from.
+    /// Catches up with pages of the change log, then returns the cursor to stream from. The
+    /// next page is on its way while this one goes into the index: the server's part and the
+    /// mount's overlap, on a first sync of a large container most of all.
     func catchUp(from start: ChangeCursor) async throws -> ChangeCursor {
         var cursor = start
+        var prefetched: Task<ChangePage, any Error>?
+        defer { prefetched?.cancel() }
         while true {
             let page: ChangePage
             do {
-                page = try await remote.changes(since: cursor, limit: 1000)
+                if let next = prefetched {
+                    prefetched = nil
+                    page = try await next.value
+                } else {
+                    page = try await remote.changes(since: cursor, limit: Self.catchUpPage)
+                }
             } catch RemoteError.refused(let code, _, _) where code == .invalidCursor && cursor != .start {
                 // The server does not know our cursor (restored, or another server): start over
                 // from a full snapshot.
                 logger.notice("the server does not know our cursor; resyncing", metadata: ["cursor": "\(cursor)"])
                 cursor = .start
                 continue
+            }
+            if page.hasMore {
+                prefetched = Task { [remote] in try await remote.changes(since: page.cursor, limit: Self.catchUpPage) }
             }
             if !page.changes.isEmpty {
                 let inval = try apply(page.changes, cursor: page.cursor)
@@ -142,6 +154,9 @@ extension SyncEngine {
             }
         }
     }
+
+    /// Changes per page of a catch-up: a page is one transaction here.
+    static let catchUpPage = 2000
 
     /// One change, inside the caller's transaction; what it asks of the world outside the
     /// database goes into `effects`, done once the transaction has committed.
@@ -188,7 +203,7 @@ extension SyncEngine {
         // bring it back (nor push a new local item of the same name aside).
         if local == nil, try r.hasPendingDelete(of: remote.id) { return }
         if local == nil, let gone = try r.tombstone(of: remote.id), !remote.revision.isNewer(than: gone) { return }
-        guard let parentID = remote.parentID, let parent = try r.item(id: parentID) else {
+        guard let parentID = remote.parentID, let parent = try r.folderPlace(id: parentID) else {
             // The parent has not arrived yet; it will (the log holds its latest state).
             try w.addOrphan(remote.id, parent: remote.parentID ?? .root, json: try JSONEncoder().encode(change))
             return

@@ -39,4 +39,45 @@ import TestSupport
             try store.read { try $0.item(ino) }
         }
     }
+
+    /// A row's query columns for its name (`plain_name`, `name_key`), given by the insert and
+    /// kept by the rename trigger, are what `NameKey` says of the name.
+    @Test func aNamesQueryColumnsFollowItsName() async throws {
+        let folder = try TempDirectory("ubiq-rows")
+        defer { folder.remove() }
+        let path = folder.path + "/state.sqlite"
+        let names = ["Notes.TXT", "été.txt", "a\rb", "plain"]
+        let renamed = ["x.Md", "PLAIN.2", "ünïcode", "line\rbreak"]
+        var inos: [Int64] = []
+        func expectColumns(_ expected: [String]) async throws {
+            let list = inos.map(String.init).joined(separator: ",")
+            let r = try await run("/usr/bin/sqlite3", ["-separator", "|", path, "SELECT plain_name, quote(name_key) FROM items WHERE ino IN (\(list)) ORDER BY ino"])
+            let want = expected.map { name in NameKey.of(name).map { "1|'\($0)'" } ?? "0|NULL" }
+            #expect(r.stdout.split(separator: "\n").map(String.init) == want, "\(expected)")
+        }
+        do {
+            let store = try LocalStore(path: path)
+            for (index, name) in names.enumerated() {
+                inos.append(try store.write { w in
+                    try w.insert(LocalItem(
+                        ino: 0, itemID: ItemID(String(format: "%032x", index + 1)), parent: LocalItem.rootIno, name: name,
+                        kind: .file, size: 0, mode: 0o644, created: 0, modified: 0, changed: 0, content: .dirty)).ino
+                })
+            }
+            try store.checkpoint()
+        }
+        try await expectColumns(names)
+        do {
+            let store = try LocalStore(path: path)
+            for (ino, name) in zip(inos, renamed) {
+                try store.write { w in
+                    var item = try #require(try w.reader.item(ino))
+                    item.name = name
+                    try w.update(item)
+                }
+            }
+            try store.checkpoint()
+        }
+        try await expectColumns(renamed)
+    }
 }
