@@ -183,7 +183,7 @@ public struct LocalReader {
     }
 
     public func cachedBytesTotal() throws -> Int64 {
-        try Int64.fetchOne(try db.cachedStatement(sql: "SELECT COALESCE(SUM(cached_bytes), 0) FROM items")) ?? 0
+        try Int64.fetchOne(try db.cachedStatement(sql: "SELECT cached_bytes FROM totals")) ?? 0
     }
 
     /// Clean, unpinned files with content, least recently used first: what the cache limit may evict.
@@ -249,7 +249,7 @@ public struct LocalReader {
     }
 
     public func itemCount() throws -> Int {
-        try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM items")) ?? 0
+        try Int.fetchOne(try db.cachedStatement(sql: "SELECT items FROM totals")) ?? 0
     }
 
     /// The server change held for `id` until its own change's answer (see migration v8).

@@ -206,6 +206,24 @@ extension LocalStore {
                 END;
                 """)
         }
+        m.registerMigration("v18: totals") { db in
+            // The number of items and the bytes cached, kept by triggers: `ubiq status`, `df`
+            // and `ubiq mount` waiting out a first sync (which asks 50 times a second) counted
+            // every row each time, 30 ms at 100,000 items and a core's worth while it waited.
+            try db.execute(sql: """
+                CREATE TABLE totals (id INTEGER PRIMARY KEY CHECK (id = 1), items INTEGER NOT NULL, cached_bytes INTEGER NOT NULL);
+                INSERT INTO totals VALUES (1, (SELECT COUNT(*) FROM items), (SELECT COALESCE(SUM(cached_bytes), 0) FROM items));
+                CREATE TRIGGER totals_on_insert AFTER INSERT ON items BEGIN
+                    UPDATE totals SET items = items + 1, cached_bytes = cached_bytes + NEW.cached_bytes WHERE id = 1;
+                END;
+                CREATE TRIGGER totals_on_delete AFTER DELETE ON items BEGIN
+                    UPDATE totals SET items = items - 1, cached_bytes = cached_bytes - OLD.cached_bytes WHERE id = 1;
+                END;
+                CREATE TRIGGER totals_on_cached_bytes AFTER UPDATE OF cached_bytes ON items WHEN OLD.cached_bytes IS NOT NEW.cached_bytes BEGIN
+                    UPDATE totals SET cached_bytes = cached_bytes + NEW.cached_bytes - OLD.cached_bytes WHERE id = 1;
+                END;
+                """)
+        }
         return m
     }
 }

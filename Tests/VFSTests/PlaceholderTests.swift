@@ -470,4 +470,25 @@ final class Answer: Sendable {
     let state = Mutex<FileSystem.Opened??>(nil)
     func set(_ opened: FileSystem.Opened?) { state.withLock { $0 = .some(opened) } }
     var value: FileSystem.Opened?? { state.withLock { $0 } }
+
+    /// A first sync tells each item it brings by its path, also an item whose folder was
+    /// renamed after it was made (the log then lists it before its folder) and one whose name
+    /// another device gave up in the same catch-up.
+    @Test func aFirstSyncTellsEveryItemByItsPath() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let other = h.remote.otherDevice
+        let a = try other.createFolder("A")
+        let b = try other.createFolder("B", in: a.id)
+        try other.createFile("f.txt", in: b.id, content: [1])
+        let c = try other.createFolder("C")
+        try other.createFile("g.txt", in: c.id, content: [2])
+        try other.move(a.id, to: "A2")
+        try other.createFile("h.txt", in: a.id, content: [3])
+        try await h.running([.changeFeed]) {
+            try await eventually("the first sync") { try h.caughtUp() }
+        }
+        let told = Set(h.observer.events.filter { $0.kind == .created }.compactMap(\.path))
+        #expect(told == ["/A2", "/A2/B", "/A2/B/f.txt", "/A2/h.txt", "/C", "/C/g.txt"], "\(told)")
+    }
 }

@@ -80,4 +80,41 @@ import TestSupport
         }
         try await expectColumns(renamed)
     }
+
+    /// The kept totals (items, bytes cached) are what counting the rows gives, after inserts,
+    /// content changes and deletions.
+    @Test func theTotalsAreTheRowsCounted() async throws {
+        let folder = try TempDirectory("ubiq-rows")
+        defer { folder.remove() }
+        let store = try LocalStore(path: folder.path + "/state.sqlite")
+        func expectCounted(_ when: String) throws {
+            let (kept, counted) = try store.read { r in
+                ((try r.itemCount(), try r.cachedBytesTotal()), (try r.allItems().count, try r.allItems().reduce(0) { $0 + $1.cachedBytes }))
+            }
+            #expect(kept == counted, "\(when)")
+        }
+        var inos: [Int64] = []
+        for index in 0..<20 {
+            inos.append(try store.write { w in
+                try w.insert(LocalItem(
+                    ino: 0, itemID: ItemID(String(format: "%032x", index + 1)), parent: LocalItem.rootIno, name: "f\(index)",
+                    kind: .file, size: 100, mode: 0o644, created: 0, modified: 0, changed: 0, content: index % 2 == 0 ? .current : .placeholder,
+                    cachedBytes: index % 2 == 0 ? 100 : 0)).ino
+            })
+        }
+        try expectCounted("after the inserts")
+        try store.write { w in
+            for ino in inos.prefix(5) {
+                var item = try #require(try w.reader.item(ino))
+                item.cachedBytes = item.cachedBytes == 0 ? 42 : 0
+                try w.update(item)
+            }
+            var other = try #require(try w.reader.item(inos[6]))
+            other.cachedBytes = 7
+            try w.updateContentState(other)
+        }
+        try expectCounted("after the content changes")
+        try store.write { w in for ino in inos.suffix(8) { try w.delete(ino) } }
+        try expectCounted("after the deletions")
+    }
 }
