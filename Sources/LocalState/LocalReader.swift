@@ -151,6 +151,18 @@ public struct LocalReader {
             arguments: [ino]) ?? 0) > 0
     }
 
+    public func hasTombstones() throws -> Bool {
+        try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM tombstones)")) ?? false
+    }
+
+    public func hasQueuedDeletes() throws -> Bool {
+        try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM outbox WHERE op = 'delete')")) ?? false
+    }
+
+    public func hasOrphans() throws -> Bool {
+        try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM orphans)")) ?? false
+    }
+
     public func tombstone(of id: ItemID) throws -> Revision? {
         try String.fetchOne(try db.cachedStatement(sql: "SELECT revision FROM tombstones WHERE item_id = ?"), arguments: [id.rawValue]).map(Revision.init(_:))
     }

@@ -42,8 +42,8 @@ extension SyncEngine {
         let effects = try store.write { w -> EffectsAfterCommit in
             var effects = EffectsAfterCommit()
             if let held { try w.dropHeldChange(held) }
-            var paths = FolderPaths()
-            for change in changes { try applyLocked(change, w, &effects, &paths) }
+            var batch = FeedBatch()
+            for change in changes { try applyLocked(change, w, &effects, &batch) }
             if let cursor { try w.setMeta("cursor", cursor.rawValue) }
             return effects
         }
@@ -162,12 +162,12 @@ extension SyncEngine {
     /// One change, inside the caller's transaction; what it asks of the world outside the
     /// database goes into `effects`, done once the transaction has committed.
     func applyLocked(_ change: ItemChange, _ w: LocalWriter, _ effects: inout EffectsAfterCommit) throws {
-        var paths = FolderPaths()
-        try applyLocked(change, w, &effects, &paths)
+        var batch = FeedBatch()
+        try applyLocked(change, w, &effects, &batch)
     }
 
-    /// `paths`: the folder paths known in this transaction (see `FolderPaths`).
-    func applyLocked(_ change: ItemChange, _ w: LocalWriter, _ effects: inout EffectsAfterCommit, _ paths: inout FolderPaths) throws {
+    /// `batch`: what this transaction has learned of the index so far (see `FeedBatch`).
+    func applyLocked(_ change: ItemChange, _ w: LocalWriter, _ effects: inout EffectsAfterCommit, _ batch: inout FeedBatch) throws {
         let remote = change.item
         let r = w.reader
         if remote.id == .root {
@@ -180,11 +180,11 @@ extension SyncEngine {
         }
         let local = try r.item(id: remote.id)
         // What changes an item already here may change paths (a rename, a move, a deletion).
-        if local != nil { paths.forget() }
+        if local != nil { batch.forgetPaths() }
         if change.kind == .delete || remote.deleted {
-            try w.removeOrphan(remote.id)
+            if try batch.mayHold(.orphans, r) { try w.removeOrphan(remote.id) }
             try w.dropHeldChange(remote.id)
-            try w.removeTombstone(remote.id)
+            if try batch.mayHold(.tombstones, r) { try w.removeTombstone(remote.id) }
             guard let local else { return }
             if try hasLocalChanges(local, r) {
                 // Edit versus delete: the edit wins. The server's id is gone for good, so the
@@ -210,14 +210,15 @@ extension SyncEngine {
         }
         // Deleted here, and the deletion is still on its way: the server's older state must not
         // bring it back (nor push a new local item of the same name aside).
-        if local == nil, try r.hasPendingDelete(of: remote.id) { return }
-        if local == nil, let gone = try r.tombstone(of: remote.id), !remote.revision.isNewer(than: gone) { return }
+        if local == nil, try batch.mayHold(.queuedDeletes, r), try r.hasPendingDelete(of: remote.id) { return }
+        if local == nil, try batch.mayHold(.tombstones, r), let gone = try r.tombstone(of: remote.id), !remote.revision.isNewer(than: gone) { return }
         guard let parentID = remote.parentID, let parent = try r.folderPlace(id: parentID) else {
             // The parent has not arrived yet; it will (the log holds its latest state).
             try w.addOrphan(remote.id, parent: remote.parentID ?? .root, json: try JSONEncoder().encode(change))
+            batch.added(.orphans)
             return
         }
-        try w.removeOrphan(remote.id)
+        if try batch.mayHold(.orphans, r) { try w.removeOrphan(remote.id) }
         if var local {
             // Our own requests' answers can overtake their echoes on the push stream: a state
             // older than what we hold must not undo what we did since.
@@ -296,7 +297,7 @@ extension SyncEngine {
         } else {
             if let clash = try r.child(of: parent.ino, named: remote.name) {
                 try makeRoom(for: clash, w, &effects)
-                paths.forget()
+                batch.forgetPaths()
             }
             let item = try w.insert(LocalItem(
                 itemID: remote.id, parent: parent.ino, name: remote.name, kind: remote.kind, size: remote.size,
@@ -305,15 +306,15 @@ extension SyncEngine {
                 content: remote.kind == .folder ? .current : .placeholder, pinned: parent.pinned, conflicts: remote.conflicts))
             effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
             effects.invalidations.append(.inode(parent.ino))
-            let path = try paths.path(of: parent.ino, r).map { $0 == "/" ? "/" + remote.name : $0 + "/" + remote.name }
-            if item.kind == .folder, let path { paths.know(path, of: item.ino) }
+            let path = try batch.path(of: parent.ino, r).map { $0 == "/" ? "/" + remote.name : $0 + "/" + remote.name }
+            if item.kind == .folder, let path { batch.know(path, of: item.ino) }
             effects.events.append(MountEvent(.created, path: path))
             try noteConflicts(of: item, hadConflicts: false, r, &effects)
             if item.pinned { effects.fetchPinned = true }
             // Children that arrived before this folder.
-            for json in try r.orphans(of: remote.id) {
+            for json in try batch.mayHold(.orphans, r) ? r.orphans(of: remote.id) : [] {
                 let orphan = try JSONDecoder().decode(ItemChange.self, from: json)
-                try applyLocked(orphan, w, &effects, &paths)
+                try applyLocked(orphan, w, &effects, &batch)
             }
         }
     }
@@ -468,12 +469,23 @@ extension SyncEngine {
     }
 }
 
-/// The paths of folders read or made while one transaction applies changes, for the events of
-/// the items that come into them: a first sync makes an event for each item, and a walk up
-/// for each was a third of its time. Forgotten at any change of an item already in the index
-/// (it may rename, move or delete a folder) and at any name made room for.
-struct FolderPaths {
+/// What one transaction applying server changes has learned of the index, so that each change
+/// need not ask again: a first sync applies thousands in one, and per change the lookups below
+/// were a third of its time.
+///
+/// - The paths of folders read or made, for the events of the items that come into them.
+///   Forgotten at any change of an item already in the index (it may rename, move or delete a
+///   folder) and at any name made room for.
+/// - Whether a side table the feed consults holds any row: an empty one (the usual case) needs
+///   no lookup per change. Asked once each; only the orphans grow inside a feed transaction
+///   (tombstones and queued deletions come from the outbox's and the file system's own).
+struct FeedBatch {
+    enum SideTable: CaseIterable {
+        case tombstones, queuedDeletes, orphans
+    }
+
     private var known: [Int64: String] = [:]
+    private var nonEmpty: [SideTable: Bool] = [:]
 
     mutating func path(of folder: Int64, _ r: LocalReader) throws -> String? {
         if let path = known[folder] { return path }
@@ -484,5 +496,19 @@ struct FolderPaths {
 
     mutating func know(_ path: String, of folder: Int64) { known[folder] = path }
 
-    mutating func forget() { known.removeAll() }
+    mutating func forgetPaths() { known.removeAll() }
+
+    /// False only when the table is known to be empty.
+    mutating func mayHold(_ table: SideTable, _ r: LocalReader) throws -> Bool {
+        if let known = nonEmpty[table] { return known }
+        let any = switch table {
+        case .tombstones: try r.hasTombstones()
+        case .queuedDeletes: try r.hasQueuedDeletes()
+        case .orphans: try r.hasOrphans()
+        }
+        nonEmpty[table] = any
+        return any
+    }
+
+    mutating func added(_ table: SideTable) { nonEmpty[table] = true }
 }
