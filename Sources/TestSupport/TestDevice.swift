@@ -79,9 +79,17 @@ public final class TestDevice: @unchecked Sendable {
     /// Where the daemon's threads are and how many FUSE requests wait, with the end of its log:
     /// what a command that hung on this mount was waiting for.
     public func hangReport() async -> String {
-        let threads = (try? await daemonPID()).flatMap { $0 }.map { StuckProcesses.threads(of: $0) } ?? "no daemon"
+        let pid = (try? await daemonPID()).flatMap { $0 }
+        let threads = pid.map { StuckProcesses.threads(of: $0) } ?? "no daemon"
         let log = ((try? String(contentsOfFile: cache + "/daemon.log", encoding: .utf8)) ?? "").split(separator: "\n").suffix(40).joined(separator: "\n")
-        return "daemon threads:\n\(threads)\nFUSE requests:\n\(StuckProcesses.fuseRequestsWaiting())\nlog:\n\(log)"
+        var report = "daemon threads:\n\(threads)\nFUSE requests:\n\(StuckProcesses.fuseRequestsWaiting())\nlog:\n\(log)"
+        // The daemon's own stacks, where a debugger is at hand (root's run: an ordinary user
+        // may not trace a process it did not start).
+        if let pid, FileManager.default.isExecutableFile(atPath: "/usr/bin/gdb"),
+           let traced = try? await run("/usr/bin/gdb", ["-p", "\(pid)", "-batch", "-ex", "thread apply all bt 25"], timeout: .seconds(60)) {
+            report += "\ndaemon stacks:\n" + traced.stdout.split(separator: "\n").filter { $0.hasPrefix("#") || $0.hasPrefix("Thread") }.prefix(600).joined(separator: "\n")
+        }
+        return report
     }
 
     /// Like `sh`, but a non-zero exit fails the test with the command's stderr.
