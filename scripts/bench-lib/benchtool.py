@@ -661,7 +661,10 @@ def rows(p):
         ("read_placeholder", f"full read of a {big} placeholder", "MB/s"),
         ("curl", "  curl of the same content from the server", "MB/s"),
         ("curl_file", "  curl of the same into a file on this disk", "MB/s"),
-        ("cp_upload", f"cp -r {p.small:,} x 4 KiB files until on the server", "files/s"),
+        ("cp_returns", f"cp -r {p.small:,} x 4 KiB files until cp returns", "s"),
+        ("cp_upload", "  the same until on the server (native: cp and sync)", "files/s"),
+        ("big_cp_returns", f"cp of one {big} file until cp returns", "s"),
+        ("big_upload", "  the same until on the server (native: cp and sync)", "MB/s"),
         ("change", "remote change visible in mount (median of 5)", "ms"),
         ("conflict", "stale edit refused until the mount flags the file (median of 20)", "ms"),
         ("query_like", f"query name LIKE[c] '*.txt' over {p.query_items:,} items (median of 5)", "ms"),
@@ -672,6 +675,7 @@ def rows(p):
         ("live_local", "live query: a local create reported (median of 10)", "ms"),
         ("live_remote", "live query: a remote create reported, from the server's commit (median of 10)", "ms"),
         ("daemon_rss", f"mount daemon's resident memory with {p.query_items + p.files:,} items", "MB"),
+        ("fresh_mount_all", f"fresh device with those {p.query_items + p.files:,} items: from mount until find counts them", "s"),
     ]
 
 
