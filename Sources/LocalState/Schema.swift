@@ -195,8 +195,7 @@ extension LocalStore {
         m.registerMigration("v17: name columns given at insert") { db in
             // The mount's inserts give `plain_name` and `name_key` themselves: the two triggers
             // each rewrote every new row (and its index entries) once more, half of what an
-            // insert cost on a first sync. The trigger stays for an insert that gives neither,
-            // as the older migrations' do.
+            // insert cost on a first sync. One trigger stays, for an insert that gives neither.
             try db.execute(sql: """
                 DROP TRIGGER items_plain_name_on_insert;
                 DROP TRIGGER items_name_key_on_insert;

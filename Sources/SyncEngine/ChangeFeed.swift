@@ -480,7 +480,7 @@ extension SyncEngine {
 ///   no lookup per change. Asked once each; only the orphans grow inside a feed transaction
 ///   (tombstones and queued deletions come from the outbox's and the file system's own).
 struct FeedBatch {
-    enum SideTable: CaseIterable {
+    enum SideTable {
         case tombstones, queuedDeletes, orphans
     }
 
