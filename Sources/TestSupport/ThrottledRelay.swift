@@ -5,8 +5,8 @@ import Glibc
 #endif
 
 /// A TCP relay on loopback to a local port that passes what the client sends at no more than
-/// `bytesPerSecond` (the answers go through as they come): a slow uplink in front of a real
-/// server, for uploads that take longer than a request may. `cut()` takes the link down (every
+/// `bytesPerSecond`, and the answers at no more than `answerBytesPerSecond`: a slow link in
+/// front of a real server, for uploads and downloads that take a while. `cut()` takes the link down (every
 /// relayed connection ends, new ones are refused) until `rejoin()`: one device offline while
 /// the server and the others go on.
 ///
@@ -17,15 +17,17 @@ public final class ThrottledRelay: @unchecked Sendable {
     let listener: Int32
     let targetPort: Int
     let bytesPerSecond: Int?
+    let answerBytesPerSecond: Int?
     let open = NSLock()
     var sockets: Set<Int32> = []
     var closed = false
     var isCut = false
 
-    /// `bytesPerSecond` nil: no pacing.
-    public init(to targetPort: Int, bytesPerSecond: Int? = nil) throws {
+    /// A rate nil: no pacing that way.
+    public init(to targetPort: Int, bytesPerSecond: Int? = nil, answerBytesPerSecond: Int? = nil) throws {
         self.targetPort = targetPort
         self.bytesPerSecond = bytesPerSecond
+        self.answerBytesPerSecond = answerBytesPerSecond
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard listener >= 0 else { throw TestSupportError("relay: socket failed: errno \(errno)") }
         var address = Self.loopback(port: 0)
@@ -101,13 +103,13 @@ public final class ThrottledRelay: @unchecked Sendable {
                 Glibc.close(client)
                 Glibc.close(server)
             }
-            Thread.detachNewThread { [self] in pass(from: client, to: server, paced: bytesPerSecond != nil); finished.one() }
-            Thread.detachNewThread { [self] in pass(from: server, to: client, paced: false); finished.one() }
+            Thread.detachNewThread { [self] in pass(from: client, to: server, rate: bytesPerSecond); finished.one() }
+            Thread.detachNewThread { [self] in pass(from: server, to: client, rate: answerBytesPerSecond); finished.one() }
         }
     }
 
     /// Copies until the end of `source`, then ends the other side's writing half.
-    func pass(from source: Int32, to destination: Int32, paced: Bool) {
+    func pass(from source: Int32, to destination: Int32, rate: Int?) {
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         var start = Date()
         var sent = 0
@@ -115,7 +117,7 @@ public final class ThrottledRelay: @unchecked Sendable {
             let n = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { break }
-            if paced, let bytesPerSecond {
+            if let bytesPerSecond = rate {
                 // Wait until the bytes so far are within the rate, then send.
                 var due = Double(sent + n) / Double(bytesPerSecond) - Date().timeIntervalSince(start)
                 // Time the connection sat idle is no credit for a burst after it (at most 50 ms

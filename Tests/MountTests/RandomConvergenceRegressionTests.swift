@@ -38,6 +38,48 @@ extension CrashAndDiskTests {
         }
     }
 
+    /// B appends a line to a placeholder; while B's open waits for the download, another
+    /// device appends its own line, a newer version that B's open then waits for. Both lines
+    /// end up in the file, B's after the other. (Seed 20261254 lost a line in a race of this
+    /// shape, two devices appending to one file; this reduction holds, and the seed's cause is
+    /// not found yet.)
+    @Test
+    func anAppendWhoseOpenWaitedForANewerVersionGoesAfterIt() async throws {
+        let server = try await ServerProcess.start()
+        // Answers at 4 MiB/s: the 2 MiB download that B's open waits for takes half a second.
+        let relay = try ThrottledRelay(to: server.port, answerBytesPerSecond: 4 << 20)
+        do {
+            try await server.addAccount("alice", password: "alice-pw")
+            try await withMountedDevice("B", server: server, through: relay.baseURL) { b in
+                let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "alice-pw")
+                let base = Data(repeating: UInt8(ascii: "x"), count: 2 << 20) + Data("\n".utf8)
+                let file = try await http.createFile(.default, name: "f", content: base)
+                try await b.expectEventually("B to show f", devices: [b]) { try await b.sh(#"[ -f "$M/f" ]"#).status == 0 }
+                async let appended = b.sh(#"printf 'B\n' >> "$M/f""#, timeout: .seconds(60))
+                try await b.expectEventually("B's open to wait for the download", devices: [b]) {
+                    try await b.xattr("f", "user.ubiq.isDownloading") == "1"
+                }
+                let newer = base + Data("A\n".utf8)
+                let digest = try await http.uploadBlob(newer)
+                let r = try await http.json(.PUT, APIPath.content(.default, file.id), UpdateContentRequest(baseRevision: file.revision, digest: digest, size: Int64(newer.count)))
+                #expect(r.status == 200, "\(r.text)")
+                let append = try await appended
+                #expect(append.status == 0, "\(append.stderr)")
+                try await b.waitUntilUploaded(timeout: .seconds(30))
+                let held = try await b.must(#"tail -c 4 "$M/f"; stat -c %s "$M/f""#)
+                #expect(held == "A\nB\n\(base.count + 4)\n", "\(held)")
+                let listed = try await http.send(.GET, APIPath.children(.default, .root)).decode(ItemList.self)
+                #expect(listed.items.first { $0.name == "f" }?.digest == sha256(newer + Data("B\n".utf8)))
+            }
+            relay.close()
+            await server.stop()
+        } catch {
+            relay.close()
+            await server.stop()
+            throw error
+        }
+    }
+
     /// Seed 20261175: A has `d/f` open to append while B moves `g` over it, which deletes A's
     /// file on the server. The line A then writes and closes is an edit, and an edit wins over
     /// a deletion: it is kept, under a conflicted-copy name, next to the file that took the
@@ -119,7 +161,7 @@ extension CrashAndDiskTests {
             try await a.expectEventually("the server to hold B's line and A's later line (seen: \(contents))", devices: devices) {
                 let listed = try await http.send(.GET, APIPath.children(.default, .root)).decode(ItemList.self)
                 guard let file = listed.items.first(where: { $0.name == "f" }) else { return false }
-                contents = try await SeedFolderView.contents(of: [file], via: http).map { String(decoding: $0, as: UTF8.self) }
+                contents = try await SeedFolderView.contents(of: [file], via: http).values.map { String(decoding: $0, as: UTF8.self) }
                 return contents.contains { $0.contains("B\n") } && contents.contains { $0.contains("A2\n") }
             }
         }

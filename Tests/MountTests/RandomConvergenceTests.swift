@@ -133,9 +133,10 @@ struct RandomConvergenceTests {
         }
         do {
             let contents = try await SeedFolderView.contents(of: serverFiles, via: http)
-            let missing = kept.filter { token in !contents.contains { $0.range(of: Data(token.utf8)) != nil } }
+            let missing = kept.filter { token in !contents.values.contains { $0.range(of: Data(token.utf8)) != nil } }
             if !missing.isEmpty {
-                return await report("closed in the last round and lost: \(missing)", script, devices)
+                let held = SeedFolderView.describe(serverFiles, contents)
+                return await report("closed in the last round and lost: \(missing)\nthe server's files:\n\(held)", script, devices)
             }
         } catch {
             return await report("contents unreadable: \(error)", script, devices)

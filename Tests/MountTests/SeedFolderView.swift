@@ -106,18 +106,32 @@ struct SeedFolderView {
     }
 
     /// Every content the server keeps for `files`: the current one and each conflict version's.
-    static func contents(of files: [ItemMetadata], via http: TestHTTP) async throws -> [Data] {
+    static func contents(of files: [ItemMetadata], via http: TestHTTP) async throws -> [ContentDigest: Data] {
         var digests: Set<ContentDigest> = []
         for file in files {
             if let d = file.digest { digests.insert(d) }
             for version in file.conflicts { digests.insert(version.digest) }
         }
-        var result: [Data] = []
+        var result: [ContentDigest: Data] = [:]
         for digest in digests {
             let r = try await http.send(.GET, APIPath.blob(digest))
             guard r.status == 200 else { throw TestSupportError("blob \(digest.hex): \(r.status)") }
-            result.append(r.body)
+            result[digest] = r.body
         }
         return result
+    }
+
+    /// Each file of the server's tree with its content, and each conflict version's: what a
+    /// report of a lost token shows.
+    static func describe(_ files: [ItemMetadata], _ contents: [ContentDigest: Data]) -> String {
+        func text(_ digest: ContentDigest?) -> String {
+            guard let digest else { return "-" }
+            let body = contents[digest].map { String(decoding: $0.prefix(400), as: UTF8.self) } ?? "?"
+            return "\(digest.hex.prefix(8)) \(body.replacingOccurrences(of: "\n", with: " "))"
+        }
+        return files.map { file in
+            ([file.name + " r\(file.revision): " + text(file.digest)] + file.conflicts.map { "  conflict version: " + text($0.digest) })
+                .joined(separator: "\n")
+        }.joined(separator: "\n")
     }
 }
