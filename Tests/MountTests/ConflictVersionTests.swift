@@ -227,9 +227,12 @@ import Testing
     @Test func anEarlierVersionRestoredOnOneDeviceIsCurrentOnBoth() async throws {
         try await withDevices(["A", "B"]) { server, devices in
             let (a, b) = (devices[0], devices[1])
-            // "one" and "three" saved on A, "two" on B.
+            // "one" and "three" saved on A, "two" on B. Through tee, which writes through the
+            // descriptor it opened: the shell's `>` opens, moves the descriptor to stdout and
+            // closes the first one, and that close is a save of the still empty file, which
+            // under load went up as one more earlier version.
             for (text, writer, reader) in [("one", a, b), ("two", b, a), ("three", a, b)] {
-                try await writer.must("echo \(text) > \"$M/notes.txt\"")
+                try await writer.must("printf '\(text)\\n' | tee \"$M/notes.txt\" >/dev/null")
                 try await writer.waitUntilUploaded()
                 try await eventually("\(reader.name) to read \(text)") { try await reader.sh(#"cat "$M/notes.txt""#).stdout == "\(text)\n" }
             }
