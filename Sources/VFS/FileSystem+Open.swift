@@ -72,20 +72,6 @@ extension FileSystem {
             // waited for: wait for that one.
             let now = waited ? try self.item(ino) : item
             if now.revision != item.revision || now.serverDigest != item.serverDigest { continue }
-            // An append writes where the kernel thinks the file ends. An open that had to wait
-            // for content opens a version that came in lately, and the kernel may still hold
-            // the size of the one before (its invalidation on its way when the open's
-            // permission check ran): the line then went over the end of the newer version,
-            // another device's appended line (random runs, seeds 20261254, 20261378 and
-            // 20261390). ESTALE makes the kernel look the name up again, taking the size of
-            // this version, and open once more; that open goes ahead, whether it waits or not
-            // (its download may still be recording its end).
-            if waited && Self.isWritable(flags) && flags & O_APPEND != 0 {
-                let version = AppendedVersion(ino: ino, revision: now.revision)
-                let first = appendsLookedUpAgain.withLock { $0.insert(version).inserted }
-                if first { throw .stale }
-            }
-            if flags & O_APPEND != 0 { appendsLookedUpAgain.withLock { _ = $0.remove(AppendedVersion(ino: ino, revision: now.revision)) } }
             if let opened = try finishOpen(now, flags: flags, wasLocal: wasLocal) { return opened }
         }
         throw .io

@@ -42,14 +42,6 @@ public final class FileSystem: Sendable {
     let listings: FolderListings
     /// The versions folder's inode (see FileSystem+Versions.swift).
     let versionsFolder: Int64?
-    /// The versions whose appending open was answered ESTALE, so that the kernel looks the
-    /// name up again (see `open`); the open that follows it does not get it again.
-    let appendsLookedUpAgain = Mutex<Set<AppendedVersion>>([])
-
-    struct AppendedVersion: Hashable {
-        let ino: Int64
-        let revision: Revision?
-    }
 
     /// `store`, `cache` and `openFiles` are the engine's own: the file system reads and writes
     /// the same database, cache files and table of files in use.
