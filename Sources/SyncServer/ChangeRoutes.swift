@@ -14,8 +14,7 @@ extension SyncServer {
             guard let limit = Int(rawLimit) else {
                 throw APIError(.invalidRequest, "limit must be a number of 1…10000, not '\(rawLimit)'")
             }
-            let page = try await c.changes(since: since, limit: limit)
-            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: page)))
+            return json(encoded: try await c.changes(since: since, limit: limit))
         }
         router.get("/v1/containers/:container/changes/stream") { request, context in
             let c = try await container(context)

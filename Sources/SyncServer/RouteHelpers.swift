@@ -36,6 +36,10 @@ extension SyncServer {
 }
 
 func json<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {
-    let data = try JSONEncoder().encode(value)
-    return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    json(encoded: try JSONEncoder().encode(value), status: status)
+}
+
+/// A response of JSON encoded already (a change-log page put together from stored items).
+func json(encoded data: Data, status: HTTPResponse.Status = .ok) -> Response {
+    Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
 }
