@@ -16,6 +16,8 @@ public final class OpenFiles: Sendable {
         public let ino: Int64
         public let fd: Int32
         public let writable: Bool
+        /// Opened with `O_APPEND`: its writes go to the end of the file as the daemon holds it.
+        public let appends: Bool
         public var wrote: Bool
         /// A write through this descriptor failed: this version is never uploaded.
         public var writeError: Int32?
@@ -33,10 +35,11 @@ public final class OpenFiles: Sendable {
         /// queued their upload (flush, fsync): a release or flush with nothing new commits nothing.
         public var savedGeneration: UInt64?
 
-        public init(ino: Int64, fd: Int32, writable: Bool, wrote: Bool = false, excluded: Bool, digest: ContentDigest? = nil, knownLocal: Bool = false) {
+        public init(ino: Int64, fd: Int32, writable: Bool, appends: Bool = false, wrote: Bool = false, excluded: Bool, digest: ContentDigest? = nil, knownLocal: Bool = false) {
             self.ino = ino
             self.fd = fd
             self.writable = writable
+            self.appends = appends
             self.wrote = wrote
             self.excluded = excluded
             self.digest = digest

@@ -89,6 +89,8 @@ public final class SyncEngine: Sendable {
     /// A local change was queued: wake the uploader.
     public func outboxChanged() { outboxSignal.yield() }
 
+    public func kernelPagesAreStale(_ ino: Int64) { observer.invalidate([.inode(ino)]) }
+
     /// A descriptor of the file was closed: what its close left to do (`OpenFiles.closed`).
     public func fileClosed(_ ino: Int64, then after: OpenFiles.AfterClose) {
         if after.applyHeldChange { applyHeldChange(of: ino, afterTheFeed: true) }

@@ -51,6 +51,9 @@ public protocol ContentSource: AnyObject, Sendable {
     /// A descriptor of the file was closed: what its close left to do.
     func fileClosed(_ ino: Int64, then after: OpenFiles.AfterClose)
     func didAccess(_ ino: Int64)
+    /// The kernel's pages and size of the file are not what the daemon holds (an append went to
+    /// the file's end, past where the kernel put it): it must read them again.
+    func kernelPagesAreStale(_ ino: Int64)
     /// An access not yet written to the database, for the attributes (atime).
     func unsavedAccess(_ ino: Int64) -> Timestamp?
 }

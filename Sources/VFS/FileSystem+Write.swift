@@ -27,10 +27,20 @@ extension FileSystem {
             }
             done += n
         }
+        var end = offset + Int64(done)
+        if h.appends {
+            // The bytes went to the file's end, which may lie past where the kernel put them:
+            // its pages of the file are wrong then.
+            var st = stat()
+            if fstat(h.fd, &st) == 0, Int64(st.st_size) != end {
+                end = Int64(st.st_size)
+                content.kernelPagesAreStale(h.ino)
+            }
+        }
         // The size the database holds is needed only by the first write since the open; later
         // writes (and every write to a file created here) find it in the table.
         let base = openFiles.beingWritten(h.ino) == nil ? (try? item(h.ino).size) ?? 0 : 0
-        let markAgain = openFiles.wrote(h.ino, upTo: offset + Int64(done), at: Self.now(), size: base)
+        let markAgain = openFiles.wrote(h.ino, upTo: end, at: Self.now(), size: base)
         if !h.wrote || markAgain { markWritten(handle) }
         return done
     }

@@ -41,10 +41,9 @@ extension CrashAndDiskTests {
     /// B appends a line to a placeholder; while B's open waits for the download, another
     /// device appends its own line, a newer version that B's open then waits for. Both lines
     /// must end up in the file, B's after the other. Seeds 20261254, 20261378 and 20261390 lost
-    /// a line this way, and so does this test now and then: B's line lands where the older
-    /// version ended, over the other line (the kernel appends at the size it held before the
-    /// open waited). Not fixed yet: it runs only with `UBIQ_KNOWN_BUGS` set.
-    @Test(.enabled(if: ProcessInfo.processInfo.environment["UBIQ_KNOWN_BUGS"] != nil, "an append can go over a newer version's end (seeds 20261254, 20261378, 20261390)"))
+    /// a line this way: the kernel appended at the size it held before the open waited, over
+    /// the other line. The daemon now appends at the end of the file it holds.
+    @Test
     func anAppendWhoseOpenWaitedForANewerVersionGoesAfterIt() async throws {
         let server = try await ServerProcess.start()
         // Answers at 4 MiB/s: the 2 MiB download that B's open waits for takes half a second.

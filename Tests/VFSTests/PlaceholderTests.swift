@@ -418,6 +418,24 @@ struct PlaceholderTests {
         }
     }
 
+    /// The kernel names the offset of an appending write from the size it last heard of, which
+    /// is older than the version an open that waited for a download brought in.
+    @Test("an appending write goes to the end of the file the daemon holds, whatever offset it names")
+    func anAppendGoesToTheEndTheDaemonHolds() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        try await h.running {
+            let file = try h.remote.otherDevice.createFile("log", content: Array("one\ntwo\n".utf8))
+            let ino = try await h.appeared("/log")
+            let appending = try await h.fs.open(ino, flags: O_WRONLY | O_APPEND)
+            #expect(try h.fs.write(appending.handle, offset: 4, data: Array("three\n".utf8)) == 6)
+            #expect(try h.fs.attributes(ino).size == 14)
+            h.fs.release(appending.handle)
+            #expect(try await h.read(ino) == Array("one\ntwo\nthree\n".utf8))
+            try await eventually("the append on the server") { h.remote.content(of: file.id) == Array("one\ntwo\nthree\n".utf8) }
+        }
+    }
+
     @Test("writing current to downloadingStatus downloads; notDownloaded evicts back to a placeholder")
     func downloadAndEvictThroughXattrs() async throws {
         let h = try Harness()
