@@ -629,12 +629,17 @@ struct ConflictTests {
         }
     }
 
-    @Test("a move into a folder deleted on the server before the feed says so: the folder comes back with the moved item, which stays one item")
-    func moveIntoAFolderDeletedElsewhere() async throws {
+    /// `lookupFails`: the link drops as the mount asks the server whether the moved item is
+    /// still there (seed 20261201: taken for "gone", the item was made anew, and the server's
+    /// own stayed in its old place, which this device no longer showed).
+    @Test("a move into a folder deleted on the server before the feed says so: the folder comes back with the moved item, which stays one item",
+          arguments: [false, true])
+    func moveIntoAFolderDeletedElsewhere(lookupFails: Bool) async throws {
         let h = try Harness()
         defer { h.close() }
         let folder = try h.remote.otherDevice.createFolder("d1")
-        _ = try h.remote.otherDevice.createFile("f0", content: Array("moved".utf8))
+        let file = try h.remote.otherDevice.createFile("f0", content: Array("moved".utf8))
+        if lookupFails { h.remote.failNext(.item, with: .unreachable("the link went down")) }
         let d1 = try await h.running([.changeFeed]) {
             _ = try await h.appeared("/f0")
             return try await h.appeared("/d1")
@@ -651,6 +656,7 @@ struct ConflictTests {
             }
         }
         #expect(h.remote.tree().keys.sorted() == ["/d1", "/d1/nA1"], "one file, in the folder made anew")
+        #expect(h.remote.item(atPath: "/d1/nA1")?.id == file.id, "the same item, moved")
         #expect(try h.children() == ["d1"])
     }
 

@@ -142,8 +142,10 @@ extension SyncEngine {
                 // A move into a folder deleted on the server is "not found" too, for the
                 // folder, while the item itself is still there: made anew, it would be there
                 // twice. The folder's deletion, once the feed brings it, makes the folder anew
-                // here (a change below it wins), and the move then goes into that.
-                if entry.op == .move, (try? await remote.item(item.itemID)) != nil {
+                // here (a change below it wins), and the move then goes into that. Only the
+                // server's "not found" for the item itself makes it anew: a lookup that fails
+                // (the link dropped meanwhile) says nothing, and the move is tried again.
+                if entry.op == .move, try await stillOnServer(item.itemID) {
                     return .later("the folder it moves into was deleted on the server", after: .seconds(1), offline: false)
                 }
                 return try resurrectLocal(item.ino)

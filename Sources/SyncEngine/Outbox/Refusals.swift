@@ -254,6 +254,17 @@ extension SyncEngine {
         observer.event(MountEvent(.reconciled, path: nil, detail: "a name was taken on the server; kept as a conflicted copy"))
     }
 
+    /// Whether the server still has the item: false only when it answers "not found"; any
+    /// other failure is thrown, since it tells nothing of the item.
+    func stillOnServer(_ id: ItemID) async throws -> Bool {
+        do {
+            _ = try await remote.item(id)
+            return true
+        } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
+            return false
+        }
+    }
+
     func resurrectLocal(_ ino: Int64) throws -> Outcome {
         runAfterCommit(try store.write { w in
             var effects = EffectsAfterCommit()
