@@ -46,8 +46,8 @@ extension CrashAndDiskTests {
     @Test
     func anAppendWhoseOpenWaitedForANewerVersionGoesAfterIt() async throws {
         let server = try await ServerProcess.start()
-        // Answers at 4 MiB/s: the 2 MiB download that B's open waits for takes half a second.
-        let relay = try ThrottledRelay(to: server.port, answerBytesPerSecond: 4 << 20)
+        // Answers at 2 MiB/s: the 2 MiB download that B's open waits for takes a second.
+        let relay = try ThrottledRelay(to: server.port, answerBytesPerSecond: 2 << 20)
         do {
             try await server.addAccount("alice", password: "alice-pw")
             try await withMountedDevice("B", server: server, through: relay.baseURL) { b in
@@ -55,12 +55,14 @@ extension CrashAndDiskTests {
                 let base = Data(repeating: UInt8(ascii: "x"), count: 2 << 20) + Data("\n".utf8)
                 let file = try await http.createFile(.default, name: "f", content: base)
                 try await b.expectEventually("B to show f", devices: [b]) { try await b.sh(#"[ -f "$M/f" ]"#).status == 0 }
+                // The newer content is on the server before B's open starts: what remains to do
+                // while B's download runs is one small request.
+                let newer = base + Data("A\n".utf8)
+                let digest = try await http.uploadBlob(newer)
                 async let appended = b.sh(#"printf 'B\n' >> "$M/f""#, timeout: .seconds(60))
                 try await b.expectEventually("B's open to wait for the download", devices: [b]) {
                     try await b.xattr("f", "user.ubiq.isDownloading") == "1"
                 }
-                let newer = base + Data("A\n".utf8)
-                let digest = try await http.uploadBlob(newer)
                 let r = try await http.json(.PUT, APIPath.content(.default, file.id), UpdateContentRequest(baseRevision: file.revision, digest: digest, size: Int64(newer.count)))
                 #expect(r.status == 200, "\(r.text)")
                 let append = try await appended
