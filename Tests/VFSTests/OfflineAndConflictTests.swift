@@ -660,6 +660,33 @@ struct ConflictTests {
         #expect(try h.children() == ["d1"])
     }
 
+    /// Seed 20261179: the upload, refused for the rename, took the server's revision but kept
+    /// its old name (the new one was still held here by the file the rename replaced), and the
+    /// feed's rename then looked old: the file kept its old name here for good.
+    @Test("an edit here, and another device renaming the file over a second one: the file takes the name here too, with the edit")
+    func anEditMeetsARenameOverAnotherFile() async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let file = try h.remote.otherDevice.createFile("f1", content: Array("one".utf8))
+        let replaced = try h.remote.otherDevice.createFile("f2", content: Array("two".utf8))
+        let ino = try await h.running([.changeFeed]) {
+            _ = try await h.appeared("/f2")
+            return try await h.appeared("/f1")
+        }
+        try await h.overwrite(ino, Array("edited".utf8))
+        // `mv -f f1 f2` on the other device, before this device hears of it.
+        _ = try h.remote.otherDevice.delete(replaced.id)
+        _ = try h.remote.otherDevice.move(file.id, to: "f2")
+        try await h.running([.outbox]) {
+            try await eventually("the edit on the server") { try h.outbox().isEmpty && h.remote.content(of: file.id) == Array("edited".utf8) }
+            let feed = Task { try await h.engine.changeFeed.run() }
+            defer { feed.cancel() }
+            try await eventually("the file under its new name here") { try h.children() == ["f2"] }
+        }
+        #expect(h.remote.tree().keys.sorted() == ["/f2"])
+        #expect(try await h.read(try h.requireIno("/f2")) == Array("edited".utf8))
+    }
+
     @Test("an attribute set here on a file another device moved into a folder this device has not seen yet: both apply, and the file shows in its new place")
     func attributeVersusAMoveIntoAFolderNotYetHere() async throws {
         let h = try Harness()

@@ -116,7 +116,16 @@ extension SyncEngine {
             if !localMove || takeServerFolder, let parentID = current.parentID, let parent = try w.reader.item(id: parentID),
                try !w.reader.isWithin(parent.ino, ino) {
                 let name = localMove ? item.name : current.name
-                if try w.reader.child(of: parent.ino, named: name).map({ $0.ino == ino }) ?? true {
+                var clash = try w.reader.child(of: parent.ino, named: name).flatMap { $0.ino == ino ? nil : $0 }
+                // The server's own name for the item: what holds it here has left it on the
+                // server, and its change is on the feed's way. Room is made as the feed makes
+                // it. Taking the revision without the name would make the feed's change of the
+                // name look old, and the item would keep its old name here for good.
+                if let held = clash, !localMove {
+                    try makeRoom(for: held, w, &effects)
+                    clash = nil
+                }
+                if clash == nil {
                     if let old = item.parent { out.append(.entry(parent: old, name: item.name)) }
                     item.parent = parent.ino
                     item.name = name
