@@ -129,6 +129,27 @@ struct RecoveryTests {
         }
     }
 
+    /// Seed 20261208: the retry carried the attribute, the server answered it with the first
+    /// create (which had none), and nothing sent the attribute after.
+    @Test("a file whose lost create is retried with an attribute and a mode set since: both reach the server",
+          arguments: [5_000, 300_000])  // in a batch, and alone
+    func lostCreateAnswerThenAttributesSetHere(size: Int) async throws {
+        let h = try Harness()
+        defer { h.close() }
+        let ino = try Self.newFileWhoseCreateAnswersAreLost(h, size: size)
+        try await h.running([.outbox]) {
+            try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
+            let id = try #require(h.remote.item(atPath: "/mine.bin")).id
+            try h.fs.setXattr(ino, name: "user.t.k1", value: Array("v1".utf8), create: false, replace: false)
+            _ = try await h.fs.setAttributes(ino, .init(mode: 0o600), handle: nil)
+            h.remote.stopLosingAnswers()
+            try await eventually("the retries to settle") { try h.outbox().isEmpty }
+            #expect(h.remote.liveItem(id)?.xattrs["user.t.k1"] == Data("v1".utf8))
+            #expect(h.remote.liveItem(id)?.mode == 0o600)
+            #expect(try h.local(ino)?.itemID == id)
+        }
+    }
+
     @Test("a file whose lost create another device then edited takes that edit: its content is the base of it, not a conflict",
           arguments: [5_000, 300_000])  // in a batch, and alone
     func lostCreateAnswerThenEditedElsewhere(size: Int) async throws {

@@ -20,8 +20,10 @@ extension SyncEngine {
         }
         var queued = false
         if row.name != sent.name || row.parent != sent.parent { try w.enqueue(.move, ino: sent.ino); queued = true }
-        if row.mode != sent.mode || row.modified != sent.modified { try w.enqueue(.attributes, ino: sent.ino); queued = true }
-        if row.xattrs != sent.xattrs { try w.enqueue(.xattrs, ino: sent.ino); queued = true }
+        // Against what the server holds, not only what was sent: a retried create is answered
+        // with the first one's item, which a mode or attribute set here since is not in.
+        if row.mode != created.mode || row.modified != created.modified { try w.enqueue(.attributes, ino: sent.ino); queued = true }
+        if row.xattrs != created.xattrs { try w.enqueue(.xattrs, ino: sent.ino); queued = true }
         return queued
     }
 
