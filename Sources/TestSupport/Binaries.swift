@@ -35,7 +35,7 @@ public func run(
     let errData = PipeCollector(err.fileHandleForReading)
     let clock = ContinuousClock()
     let deadline = clock.now + timeout
-    while process.isRunning {
+    while process.stillRunning {
         if clock.now >= deadline {
             let stuck = StuckProcesses.report(below: process.processIdentifier)
             kill(process.processIdentifier, SIGKILL)
@@ -51,7 +51,28 @@ public func run(
     }
     let stdout = await outData.collected(grace: .seconds(2))
     let stderr = await errData.collected(grace: .seconds(2))
-    return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+    return (process.endStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+}
+
+/// Foundation's `Process` on Linux learns of an exit only when a socket it gives the child is
+/// closed, and a process that another test spawned at the same moment can inherit that socket
+/// and keep it open for as long as it lives: the child was then a zombie, and `isRunning` said
+/// true until a deadline (or, in `waitUntilExit`, for ever). These ask the kernel as well.
+extension Process {
+    /// Neither ended nor reaped.
+    public var stillRunning: Bool { isRunning && exitStatus(ofUnreaped: processIdentifier) == nil }
+
+    /// Once it ended: its exit status (128 + the signal when a signal ended it).
+    public var endStatus: Int32 { exitStatus(ofUnreaped: processIdentifier) ?? terminationStatus }
+}
+
+/// The exit status of a child that has ended and is not reaped yet (128 + the signal when a
+/// signal ended it), without reaping it; nil while it runs, and once it is reaped.
+func exitStatus(ofUnreaped pid: pid_t) -> Int32? {
+    var info = siginfo_t()
+    guard waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0, info._sifields._sigchld.si_pid == pid else { return nil }
+    let status = info._sifields._sigchld.si_status
+    return info.si_code == CLD_EXITED ? status : 128 + status
 }
 
 /// A command that missed its deadline, with what it printed and where it was stuck.

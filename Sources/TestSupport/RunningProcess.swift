@@ -81,17 +81,17 @@ public final class RunningProcess: @unchecked Sendable {
     /// The exit status, once it exited within `timeout` (killed, and failing, otherwise).
     public func exitStatus(within timeout: Duration = .seconds(30)) async throws -> Int32 {
         let deadline = ContinuousClock.now + timeout
-        while process.isRunning {
+        while process.stillRunning {
             if ContinuousClock.now >= deadline {
                 stop()
                 throw TestSupportError("\(process.executableURL?.path ?? "?") did not exit within \(timeout)")
             }
             try await Task.sleep(for: .milliseconds(10))
         }
-        return process.terminationStatus
+        return process.endStatus
     }
 
     public func stop() {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        if process.stillRunning { kill(process.processIdentifier, SIGKILL) }
     }
 }

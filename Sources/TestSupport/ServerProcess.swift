@@ -53,9 +53,9 @@ public final class ServerProcess: @unchecked Sendable {
         try process.run()
         var port: Int?
         try await eventually(timeout: .seconds(30), "ubiq-server to listen") {
-            guard process.isRunning else {
+            guard process.stillRunning else {
                 let err = (try? String(contentsOfFile: log + "/stderr", encoding: .utf8)) ?? ""
-                throw TestSupportError("ubiq-server exited with \(process.terminationStatus): \(err)")
+                throw TestSupportError("ubiq-server exited with \(process.endStatus): \(err)")
             }
             let out = (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? ""
             guard let line = out.split(separator: "\n").first(where: { $0.contains("listening on") }),
@@ -84,13 +84,13 @@ public final class ServerProcess: @unchecked Sendable {
     /// `kill -9`: no shutdown code runs.
     public func kill9() {
         kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        while process.stillRunning { usleep(1_000) }
     }
 
     /// Starts the server again on the same data folder: on the same port when `samePort` (so
     /// that mounts pointing at it reconnect), else on a new one.
     public func restart(samePort: Bool = false) async throws {
-        if process.isRunning { kill9() }
+        if process.stillRunning { kill9() }
         let (p, port, lifeline) = try await Self.launch(data: dataDirectory, log: workDirectory.path, port: samePort ? port : 0, extra: extraArguments)
         self.process = p
         self.port = port
@@ -99,16 +99,16 @@ public final class ServerProcess: @unchecked Sendable {
 
     /// SIGTERM, a bounded wait, then SIGKILL; removes the data folder.
     public func stop() async {
-        if process.isRunning {
+        if process.stillRunning {
             process.terminate()
-            try? await eventually(timeout: .seconds(10), "ubiq-server to exit") { !self.process.isRunning }
-            if process.isRunning { kill9() }
+            try? await eventually(timeout: .seconds(10), "ubiq-server to exit") { !self.process.stillRunning }
+            if process.stillRunning { kill9() }
         }
         workDirectory.remove()
     }
 
-    public var isRunning: Bool { process.isRunning }
-    public var terminationStatus: Int32 { process.terminationStatus }
+    public var isRunning: Bool { process.stillRunning }
+    public var terminationStatus: Int32 { process.endStatus }
 
     /// Closes this process's end of the server's standard input, as the kernel does when a
     /// test process dies.

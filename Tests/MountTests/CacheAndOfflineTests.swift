@@ -81,7 +81,7 @@ import Testing
             holder.standardInput = input
             holder.standardOutput = output
             try holder.run()
-            defer { if holder.isRunning { holder.terminate() } }
+            defer { if holder.stillRunning { holder.terminate() } }
             #expect(String(decoding: output.fileHandleForReading.availableData, as: UTF8.self) == "holding\n")
 
             let busy = try await a.ubiq(["unmount", a.mountpoint, "--timeout", "5"], timeout: .seconds(60))
@@ -91,7 +91,7 @@ import Testing
             // The file, still open, still reads through the detached mount.
             #expect(try await a.sh(#"cat /proc/\#(holder.processIdentifier)/fd/3"#).stdout == "kept\n")
             try input.fileHandleForWriting.close()
-            holder.waitUntilExit()
+            try await eventually("the holder to exit") { !holder.stillRunning }
         }
     }
 

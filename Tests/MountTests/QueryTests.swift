@@ -120,7 +120,7 @@ extension ConvergenceTests {
                 let all = paths(u, "added") + paths(u, "changed") + paths(u, "removed")
                 #expect(!all.isEmpty && Set(all).count == all.count, "\(u)")
             }
-            #expect(process.isRunning, "a live query runs until interrupted")
+            #expect(process.stillRunning, "a live query runs until interrupted")
 
             // A second live query, interrupted: its stream in the daemon, with nothing to
             // report, must not keep the daemon from stopping.
@@ -140,14 +140,14 @@ extension ConvergenceTests {
             }
             try await eventually("the second query to gather") { gathered.withLock { String(decoding: $0, as: UTF8.self).contains("finishGathering") } }
             interrupted.interrupt()
-            try await eventually("the interrupted query to exit") { !interrupted.isRunning }
+            try await eventually("the interrupted query to exit") { !interrupted.stillRunning }
             pipe.fileHandleForReading.readabilityHandler = nil
 
             // Unmounting ends the first one (the mount went away: exit 1) and is not held up.
             let unmounted = try await b.ubiq(["unmount", b.mountpoint, "--timeout", "10"], timeout: .seconds(40))
             #expect(unmounted.status == 0, "\(unmounted)")
-            try await eventually("the live query to end with the mount") { !process.isRunning }
-            #expect(process.terminationStatus == 1)
+            try await eventually("the live query to end with the mount") { !process.stillRunning }
+            #expect(process.endStatus == 1)
         }
     }
 }
