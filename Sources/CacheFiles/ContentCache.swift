@@ -36,11 +36,8 @@ public struct ContentCache: Sendable {
     public func path(_ ino: Int64) -> String { "\(directory)/\(ino)" }
 
     /// Opens (creating when missing) the cache file for reading and writing.
-    /// `appending`: every write goes to the file's end, whatever offset it names (Linux's
-    /// `pwrite` on an `O_APPEND` descriptor).
-    public func open(_ ino: Int64, truncate: Bool = false, appending: Bool = false) throws -> Int32 {
-        let flags = O_RDWR | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0) | (appending ? O_APPEND : 0)
-        let fd = openat(folder.fd, String(ino), flags, 0o600)
+    public func open(_ ino: Int64, truncate: Bool = false) throws -> Int32 {
+        let fd = openat(folder.fd, String(ino), O_RDWR | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0o600)
         guard fd >= 0 else { throw ContentError.io("cannot open the cache file of \(ino)", errno) }
         return fd
     }

@@ -154,7 +154,7 @@ struct FuseBridge: FileSystemHandler {
     }
 
     func write(ino: UInt64, handle: UInt64, offset: Int64, data: [UInt8], isWritepage: Bool, context: RequestContext, reply: consuming WriteReply) {
-        do { reply.written(try fs.write(handle, offset: offset, data: data)) } catch { reply.error(error.errno) }
+        do { reply.written(try fs.write(handle, offset: offset, data: data, fromPages: isWritepage)) } catch { reply.error(error.errno) }
     }
 
     func flush(ino: UInt64, handle: UInt64, lockOwner: UInt64, context: RequestContext, reply: consuming StatusReply) {

@@ -174,12 +174,10 @@ extension FileSystem {
         let ino = item.ino
         let writable = Self.isWritable(flags)
         let truncate = writable && (flags & O_TRUNC) != 0
-        // The kernel appends at the size it last heard of, and an open that waited for a newer
-        // version (a download, a server change meanwhile) answers without telling it the new
-        // one: it would write over that version's end. The daemon appends at its own end.
+        // Its writes go to the end of the file as the daemon holds it (`write`).
         let appends = writable && (flags & O_APPEND) != 0
         let fd: Int32
-        do { fd = try cache.open(ino, appending: appends) } catch { throw Self.fsError(error) }
+        do { fd = try cache.open(ino) } catch { throw Self.fsError(error) }
         // A stale copy here is whole (a refresh makes the row a placeholder first).
         let local = item.content.isWhole || item.content == .stale
         // Only a writer's close queues an upload, which an excluded item must not: a reader's

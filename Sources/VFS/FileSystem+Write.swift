@@ -5,15 +5,28 @@ import Logging
 import OpenFiles
 
 extension FileSystem {
-    public func write(_ handle: UInt64, offset: Int64, data: [UInt8]) throws(FSError) -> Int {
+    /// `fromPages`: dirty pages of a shared mapping, written back by the kernel through any
+    /// open handle of the file; they go where they are, even through an appending handle.
+    public func write(_ handle: UInt64, offset: Int64, data: [UInt8], fromPages: Bool = false) throws(FSError) -> Int {
         guard let h = openFiles.handle(handle) else { throw .badHandle }
         // The file's version is broken (a write failed): later writes fail at once. The kernel
         // reports the first failure of a large write() as a short write, and the writer goes
         // on; writing on would fill the space the reserve just freed for recording the failure.
         if let code = openFiles.writeFailure(of: h) { throw FSError(writeFailure: code) }
+        // An append goes to the end of the file as the daemon holds it. The kernel names the
+        // size it last heard of, and an open that waited for a newer version (a download, a
+        // server change meanwhile) answers without telling it the new one: at the kernel's
+        // offset the append would go over that version's end. The kernel holds the file's
+        // lock for the whole write, so no other write moves the end meanwhile.
+        var position = offset
+        if h.appends && !fromPages {
+            var st = stat()
+            guard fstat(h.fd, &st) == 0 else { throw .io }
+            position = Int64(st.st_size)
+        }
         var done = 0
         while done < data.count {
-            let n = data.withUnsafeBytes { pwrite(h.fd, $0.baseAddress! + done, data.count - done, off_t(offset + Int64(done))) }
+            let n = data.withUnsafeBytes { pwrite(h.fd, $0.baseAddress! + done, data.count - done, off_t(position + Int64(done))) }
             if n < 0 {
                 let code = errno
                 if code == EINTR { continue }
@@ -27,16 +40,9 @@ extension FileSystem {
             }
             done += n
         }
-        var end = offset + Int64(done)
-        if h.appends {
-            // The bytes went to the file's end, which may lie past where the kernel put them:
-            // its pages of the file are wrong then.
-            var st = stat()
-            if fstat(h.fd, &st) == 0, Int64(st.st_size) != end {
-                end = Int64(st.st_size)
-                content.kernelPagesAreStale(h.ino)
-            }
-        }
+        let end = position + Int64(done)
+        // The kernel put the bytes in its pages where it thought the file ended.
+        if position != offset { content.kernelPagesAreStale(h.ino) }
         // The size the database holds is needed only by the first write since the open; later
         // writes (and every write to a file created here) find it in the table.
         let base = openFiles.beingWritten(h.ino) == nil ? (try? item(h.ino).size) ?? 0 : 0

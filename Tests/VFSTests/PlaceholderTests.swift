@@ -420,7 +420,7 @@ struct PlaceholderTests {
 
     /// The kernel names the offset of an appending write from the size it last heard of, which
     /// is older than the version an open that waited for a download brought in.
-    @Test("an appending write goes to the end of the file the daemon holds, whatever offset it names")
+    @Test("an appending write goes to the end of the file the daemon holds, whatever offset it names; written-back pages stay in place")
     func anAppendGoesToTheEndTheDaemonHolds() async throws {
         let h = try Harness()
         defer { h.close() }
@@ -430,9 +430,11 @@ struct PlaceholderTests {
             let appending = try await h.fs.open(ino, flags: O_WRONLY | O_APPEND)
             #expect(try h.fs.write(appending.handle, offset: 4, data: Array("three\n".utf8)) == 6)
             #expect(try h.fs.attributes(ino).size == 14)
+            // A shared mapping's dirty page, written back through this handle, stays in place.
+            #expect(try h.fs.write(appending.handle, offset: 0, data: Array("ONE".utf8), fromPages: true) == 3)
             h.fs.release(appending.handle)
-            #expect(try await h.read(ino) == Array("one\ntwo\nthree\n".utf8))
-            try await eventually("the append on the server") { h.remote.content(of: file.id) == Array("one\ntwo\nthree\n".utf8) }
+            #expect(try await h.read(ino) == Array("ONE\ntwo\nthree\n".utf8))
+            try await eventually("the append on the server") { h.remote.content(of: file.id) == Array("ONE\ntwo\nthree\n".utf8) }
         }
     }
 
