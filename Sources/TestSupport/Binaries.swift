@@ -35,7 +35,8 @@ public func run(
     let errData = PipeCollector(err.fileHandleForReading)
     let clock = ContinuousClock()
     let deadline = clock.now + timeout
-    while process.stillRunning {
+    var status = process.statusIfEnded
+    while status == nil {
         if clock.now >= deadline {
             let stuck = StuckProcesses.report(below: process.processIdentifier)
             kill(process.processIdentifier, SIGKILL)
@@ -48,10 +49,11 @@ public func run(
                 """)
         }
         try await Task.sleep(for: .milliseconds(5))
+        status = process.statusIfEnded
     }
     let stdout = await outData.collected(grace: .seconds(2))
     let stderr = await errData.collected(grace: .seconds(2))
-    return (process.endStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+    return (status!, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
 }
 
 /// Foundation's `Process` on Linux learns of an exit only when a socket it gives the child is
@@ -59,11 +61,23 @@ public func run(
 /// and keep it open for as long as it lives: the child was then a zombie, and `isRunning` said
 /// true until a deadline (or, in `waitUntilExit`, for ever). These ask the kernel as well.
 extension Process {
-    /// Neither ended nor reaped.
-    public var stillRunning: Bool { isRunning && exitStatus(ofUnreaped: processIdentifier) == nil }
+    /// Its exit status (128 + the signal when a signal ended it) once it ended; nil while it
+    /// runs. Also nil for a moment while Foundation reaps it, which asking `terminationStatus`
+    /// then would trap on.
+    public var statusIfEnded: Int32? {
+        if let status = exitStatus(ofUnreaped: processIdentifier) { return status }
+        return isRunning ? nil : terminationStatus
+    }
 
-    /// Once it ended: its exit status (128 + the signal when a signal ended it).
-    public var endStatus: Int32 { exitStatus(ofUnreaped: processIdentifier) ?? terminationStatus }
+    public var stillRunning: Bool { statusIfEnded == nil }
+
+    /// The exit status of a process that has ended (`stillRunning` said false).
+    public var endStatus: Int32 {
+        while true {
+            if let status = statusIfEnded { return status }
+            usleep(1_000)
+        }
+    }
 }
 
 /// The exit status of a child that has ended and is not reaped yet (128 + the signal when a

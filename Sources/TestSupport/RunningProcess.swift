@@ -81,14 +81,14 @@ public final class RunningProcess: @unchecked Sendable {
     /// The exit status, once it exited within `timeout` (killed, and failing, otherwise).
     public func exitStatus(within timeout: Duration = .seconds(30)) async throws -> Int32 {
         let deadline = ContinuousClock.now + timeout
-        while process.stillRunning {
+        while true {
+            if let status = process.statusIfEnded { return status }
             if ContinuousClock.now >= deadline {
                 stop()
                 throw TestSupportError("\(process.executableURL?.path ?? "?") did not exit within \(timeout)")
             }
             try await Task.sleep(for: .milliseconds(10))
         }
-        return process.endStatus
     }
 
     public func stop() {
