@@ -98,30 +98,36 @@ struct RecoveryTests {
     }
 
     /// `mine.bin` of `size` bytes and a small neighbour (which makes a small file go up in a
-    /// batch), whose creates land on the server with every answer lost until the test calls
-    /// `stopLosingAnswers`; returns the file's inode.
-    static func newFileWhoseCreateAnswersAreLost(_ h: Harness, size: Int) throws -> Int64 {
+    /// batch), whose creates land on the server with every answer lost. Once they have landed,
+    /// `meanwhile` runs (given the file's inode and server id); then the answers come through,
+    /// and once the retries have settled, `check` runs.
+    static func afterALostCreate(
+        size: Int, meanwhile: (Harness, Int64, ItemID) async throws -> Void, check: (Harness, Int64, ItemID) async throws -> Void
+    ) async throws {
+        let h = try Harness()
+        defer { h.close() }
         h.remote.loseAnswer(.createItem, times: 1_000)
         h.remote.loseAnswer(.createItems, times: 1_000)
         let ino = try h.writeNewFile("mine.bin", pattern(size, seed: 1))
         try h.writeNewFile("other.txt", Array("other".utf8))
-        return ino
+        try await h.running([.outbox]) {
+            try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
+            let id = try #require(h.remote.item(atPath: "/mine.bin")).id
+            try await meanwhile(h, ino, id)
+            h.remote.stopLosingAnswers()
+            try await eventually("the retries to settle") { try h.outbox().isEmpty }
+            try await check(h, ino, id)
+        }
     }
 
     @Test("a file whose lost create another device then renamed keeps that name: the retry does not send this device's name back",
           arguments: [5_000, 300_000])  // in a batch, and alone
     func lostCreateAnswerThenRenamedElsewhere(size: Int) async throws {
-        let h = try Harness()
-        defer { h.close() }
         // Every answer is lost until another device has renamed the item: the retries made
         // before that (the same create, answered with the item) leave it queued too.
-        let ino = try Self.newFileWhoseCreateAnswersAreLost(h, size: size)
-        try await h.running([.outbox]) {
-            try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
-            let id = try #require(h.remote.item(atPath: "/mine.bin")).id
+        try await Self.afterALostCreate(size: size) { h, _, id async throws in
             _ = try h.remote.otherDevice.move(id, to: "theirs.bin")
-            h.remote.stopLosingAnswers()
-            try await eventually("the retries to settle") { try h.outbox().isEmpty }
+        } check: { h, ino, id async throws in
             #expect(h.remote.item(atPath: "/theirs.bin")?.id == id, "the other device's name stays")
             #expect(h.remote.item(atPath: "/mine.bin") == nil)
             #expect(try h.local(ino)?.name == "theirs.bin", "and shows here")
@@ -134,16 +140,10 @@ struct RecoveryTests {
     @Test("a file whose lost create is retried with an attribute and a mode set since: both reach the server",
           arguments: [5_000, 300_000])  // in a batch, and alone
     func lostCreateAnswerThenAttributesSetHere(size: Int) async throws {
-        let h = try Harness()
-        defer { h.close() }
-        let ino = try Self.newFileWhoseCreateAnswersAreLost(h, size: size)
-        try await h.running([.outbox]) {
-            try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
-            let id = try #require(h.remote.item(atPath: "/mine.bin")).id
+        try await Self.afterALostCreate(size: size) { h, ino, _ async throws in
             try h.fs.setXattr(ino, name: "user.t.k1", value: Array("v1".utf8), create: false, replace: false)
             _ = try await h.fs.setAttributes(ino, .init(mode: 0o600), handle: nil)
-            h.remote.stopLosingAnswers()
-            try await eventually("the retries to settle") { try h.outbox().isEmpty }
+        } check: { h, ino, id async throws in
             #expect(h.remote.liveItem(id)?.xattrs["user.t.k1"] == Data("v1".utf8))
             #expect(h.remote.liveItem(id)?.mode == 0o600)
             #expect(try h.local(ino)?.itemID == id)
@@ -153,16 +153,10 @@ struct RecoveryTests {
     @Test("a file whose lost create another device then edited takes that edit: its content is the base of it, not a conflict",
           arguments: [5_000, 300_000])  // in a batch, and alone
     func lostCreateAnswerThenEditedElsewhere(size: Int) async throws {
-        let h = try Harness()
-        defer { h.close() }
-        let ino = try Self.newFileWhoseCreateAnswersAreLost(h, size: size)
         let theirs = pattern(size + 7, seed: 3)
-        try await h.running([.outbox]) {
-            try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
-            let id = try #require(h.remote.item(atPath: "/mine.bin")).id
+        try await Self.afterALostCreate(size: size) { h, _, id async throws in
             _ = try h.remote.otherDevice.updateContent(id, to: theirs)
-            h.remote.stopLosingAnswers()
-            try await eventually("the retries to settle") { try h.outbox().isEmpty }
+        } check: { h, ino, id async throws in
             #expect(h.remote.content(of: id) == theirs, "the other device's edit stands")
             #expect(h.remote.liveItem(id)?.conflicts.isEmpty == true, "no conflict with this device's own create")
             #expect(try h.local(ino)?.itemID == id)
