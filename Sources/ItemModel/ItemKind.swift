@@ -1,5 +1,5 @@
 /// What an item is. Symbolic links and other special files are not synced (docs/SEMANTICS.md).
-public enum ItemKind: String, Sendable, Codable, Hashable {
+public enum ItemKind: String, Sendable, Codable, Hashable, CaseIterable {
     case file
     case folder
 }

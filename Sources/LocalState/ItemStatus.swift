@@ -19,6 +19,17 @@ public struct ItemStatus: Sendable, Equatable {
     public var itemID: String
     public var revision: String?
 
+    /// Every value `downloadingStatus` takes.
+    public static let downloadingStatuses = ["current", "downloaded", "notDownloaded", "excluded"]
+
+    /// `downloadingStatus` from the row alone: the one rule the attributes, the queries and the
+    /// counts by state (`LocalReader.count(downloadingStatuses:)`) share.
+    public static func downloadingStatus(kind: ItemKind, content: ContentState, excluded: Bool) -> String {
+        if excluded { return "excluded" }
+        if kind == .folder || content.isWhole { return "current" }
+        return content == .stale ? "downloaded" : "notDownloaded"
+    }
+
     public static let prefix = "user.ubiq."
     public static let writable: Set<String> = ["user.ubiq.pinned", "user.ubiq.downloadingStatus", "user.ubiq.resolve"]
 
@@ -29,15 +40,7 @@ public struct ItemStatus: Sendable, Equatable {
     ///   - settledHere: conflict versions a resolution chosen here drops, before the server has it.
     public init(item: LocalItem, excluded: Bool, pendingOps: Int, downloadPercent: Int?, uploading: Bool, uploadPercent: Int?, settledHere: Set<ItemID> = []) {
         let local = item.kind == .folder || item.content.isWhole
-        if excluded {
-            downloadingStatus = "excluded"
-        } else if local {
-            downloadingStatus = "current"
-        } else if item.content == .stale {
-            downloadingStatus = "downloaded"
-        } else {
-            downloadingStatus = "notDownloaded"
-        }
+        downloadingStatus = Self.downloadingStatus(kind: item.kind, content: item.content, excluded: excluded)
         isDownloading = downloadPercent != nil
         percentDownloaded = local || item.content == .stale ? 100 : (downloadPercent ?? 0)
         let unsent = !excluded && (pendingOps > 0 || item.content == .dirty || item.revision == nil)

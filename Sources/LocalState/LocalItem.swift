@@ -2,7 +2,7 @@ import Foundation
 import ItemModel
 
 /// Where an item's content is on this device. The mount's status attributes are derived from it.
-public enum ContentState: String, Sendable, Codable, Hashable {
+public enum ContentState: String, Sendable, Codable, Hashable, CaseIterable {
     /// A placeholder: metadata only, no bytes on disk (a download under way keeps its ranges
     /// in the cache file and says so in memory, not here).
     case placeholder

@@ -53,6 +53,27 @@ extension LocalReader {
         try Int.fetchOne(try db.makeStatement(sql: sql), arguments: arguments) ?? 0
     }
 
+    /// How many items have one of `statuses` as their `downloadingStatus` (never the root, nor
+    /// the versions folder and what it holds): the counts kept per kind and content state
+    /// (`status_totals`), less the root and the excluded items among them, plus the excluded
+    /// items when `excluded` is asked for. Reads the few excluded rows, not every entry.
+    public func count(downloadingStatuses statuses: Set<String>) throws -> Int {
+        let pairs = ItemKind.allCases.flatMap { kind in
+            ContentState.allCases.filter { statuses.contains(ItemStatus.downloadingStatus(kind: kind, content: $0, excluded: false)) }
+                .map { "('\(kind.rawValue)', '\($0.rawValue)')" }
+        }
+        let states = pairs.isEmpty ? "0" : "(kind, content) IN (VALUES \(pairs.joined(separator: ", ")))"
+        var sql = """
+            WITH RECURSIVE \(Self.excludedTable)
+            SELECT (SELECT COALESCE(SUM(items), 0) FROM status_totals WHERE \(states))
+                - (SELECT COUNT(*) FROM items WHERE (ino = \(LocalItem.rootIno) OR ino IN (SELECT ino FROM excluded)) AND \(states))
+            """
+        if statuses.contains("excluded") {
+            sql += "\n    + (SELECT COUNT(*) FROM items AS i WHERE i.ino IN (SELECT ino FROM excluded) AND \(Self.outsideVersions))"
+        }
+        return try Int.fetchOne(try db.makeStatement(sql: sql)) ?? 0
+    }
+
     /// Every folder's parent and name: enough to give any row its path.
     public func folderNames() throws -> [Int64: (parent: Int64?, name: String)] {
         var out: [Int64: (parent: Int64?, name: String)] = [:]

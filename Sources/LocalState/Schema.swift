@@ -223,6 +223,35 @@ extension LocalStore {
                 END;
                 """)
         }
+        m.registerMigration("v19: counts by state, covering name keys, folders") { db in
+            // `downloadingStatus == 'notDownloaded'` counted every entry of `items_by_content`
+            // (8 to 11 ms at 100,000 items before any other check): the rows of each kind and
+            // content state, kept by triggers, answer it with the few excluded rows taken off
+            // (`LocalReader.count(statuses:)`). The name keys carry the parent, so that a count
+            // of `name LIKE[c] '*.txt'` reads no row; the folders have their own small index, so
+            // that giving results their paths reads no row either.
+            try db.execute(sql: """
+                CREATE TABLE status_totals (kind TEXT NOT NULL, content TEXT NOT NULL, items INTEGER NOT NULL, PRIMARY KEY (kind, content)) WITHOUT ROWID;
+                WITH kinds(kind) AS (VALUES ('file'), ('folder')),
+                     contents(content) AS (VALUES ('placeholder'), ('current'), ('stale'), ('dirty'))
+                INSERT INTO status_totals SELECT kind, content, (SELECT COUNT(*) FROM items i WHERE i.kind = k.kind AND i.content = c.content)
+                    FROM kinds AS k, contents AS c;
+                CREATE TRIGGER status_totals_on_insert AFTER INSERT ON items BEGIN
+                    UPDATE status_totals SET items = items + 1 WHERE kind = NEW.kind AND content = NEW.content;
+                END;
+                CREATE TRIGGER status_totals_on_delete AFTER DELETE ON items BEGIN
+                    UPDATE status_totals SET items = items - 1 WHERE kind = OLD.kind AND content = OLD.content;
+                END;
+                CREATE TRIGGER status_totals_on_change AFTER UPDATE OF kind, content ON items
+                WHEN OLD.kind IS NOT NEW.kind OR OLD.content IS NOT NEW.content BEGIN
+                    UPDATE status_totals SET items = items - 1 WHERE kind = OLD.kind AND content = OLD.content;
+                    UPDATE status_totals SET items = items + 1 WHERE kind = NEW.kind AND content = NEW.content;
+                END;
+                DROP INDEX items_by_name_key;
+                CREATE INDEX items_by_name_key ON items(plain_name, name_key, parent);
+                CREATE INDEX items_folders ON items(parent, name) WHERE kind = 'folder';
+                """)
+        }
         return m
     }
 }

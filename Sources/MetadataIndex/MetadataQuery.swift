@@ -38,8 +38,21 @@ public enum MetadataQuery {
     public static func count(
         _ predicate: QueryPredicate, in reader: LocalReader, transfers: any TransfersInFlight, scope: QueryScope = .all, clock: QueryClock
     ) throws -> Int {
+        if scope == .all, let statuses = statuses(acceptedBy: predicate, clock: clock) {
+            return try reader.count(downloadingStatuses: statuses)
+        }
         let query = try prepare(predicate, in: reader, transfers: transfers, clock: clock).query
         return try reader.count(selectedBy: query.statement(scope: scope, counting: true), arguments: StatementArguments(query.arguments))
+    }
+
+    /// The statuses a predicate that asks nothing but `downloadingStatus` accepts (each tried
+    /// with the evaluator); nil for any other predicate. Such a count needs no row of its own.
+    static func statuses(acceptedBy predicate: QueryPredicate, clock: QueryClock) -> Set<String>? {
+        guard predicate.keys.allSatisfy({ $0.name == "downloadingStatus" }) else { return nil }
+        let predicate = predicate.fixingTimes(clock)
+        return Set(ItemStatus.downloadingStatuses.filter { status in
+            predicate.matches({ $0.name == "downloadingStatus" ? .string(status) : nil }, clock: clock)
+        })
     }
 
     /// The snapshot read in `reader`'s transaction, its functions registered on the

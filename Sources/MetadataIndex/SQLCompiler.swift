@@ -250,25 +250,25 @@ public struct SQLCompiler {
         guard pattern.unicodeScalars.allSatisfy({ (0x20...0x7E).contains($0.value) }), let parts = Self.nativeParts(c.op, c.flipped, pattern) else {
             return exact
         }
-        let native: String
-        if parts.isEmpty {
-            native = "0"  // S7: an empty BEGINSWITH, ENDSWITH or CONTAINS matches nothing
-        } else if c.options.contains(.caseInsensitive) {
-            native = "(\(subject) LIKE \(bind(Self.likePattern(parts))) ESCAPE '\\')"
-        } else {
-            native = "(\(subject) GLOB \(bind(Self.globPattern(parts))))"
-        }
-        let each = "(CASE WHEN \(plain) THEN \(c.op == .notEqual ? "NOT " : "")\(native) ELSE \(exact) END)"
-        // A name ending in a literal (`*.txt`): only the plain names whose key (the name
-        // lowercased and reversed, `NameKey`) falls in the suffix's range can match, and the
-        // index on (plain_name, name_key) lists them without reading every name; the other
-        // names are compared one by one. As a list of rows, so that SQLite reads those rows
-        // by their ino (an OR of the two conditions made it read the whole table).
+        // A name ending in a literal (`*.txt`): a plain name matches only if its key (the name
+        // lowercased and reversed, `NameKey`) falls in the suffix's range, and the index on
+        // (plain_name, name_key, parent) lists those without reading a row. Ignoring case, the
+        // range is the whole answer: lowercasing ASCII is all that `[c]` does to a plain name.
+        // The other names are compared one by one. Both sides name `plain_name` as a value, so
+        // that SQLite serves each from the index.
         if subject == "i.name", c.op != .notEqual, let suffix = Self.suffix(parts), let range = NameKey.range(endingIn: suffix) {
-            let candidates = "SELECT ino FROM items WHERE plain_name = 1 AND name_key >= \(bind(range.low)) AND name_key < \(bind(range.high)) UNION ALL SELECT ino FROM items WHERE plain_name = 0"
-            return "(i.ino IN (\(candidates)) AND \(each))"
+            let keyed = "i.plain_name = 1 AND i.name_key >= \(bind(range.low)) AND i.name_key < \(bind(range.high))"
+            let plainMatch = c.options.contains(.caseInsensitive) ? keyed : "\(keyed) AND \(native(c, subject, parts))"
+            return "((\(plainMatch)) OR (i.plain_name = 0 AND \(exact)))"
         }
-        return each
+        return "(CASE WHEN \(plain) THEN \(c.op == .notEqual ? "NOT " : "")\(native(c, subject, parts)) ELSE \(exact) END)"
+    }
+
+    /// SQLite's `LIKE` (ignoring case) or `GLOB` for a pattern, exact on plain values.
+    private mutating func native(_ c: Comparison, _ subject: String, _ parts: [Part]) -> String {
+        if parts.isEmpty { return "0" }  // S7: an empty BEGINSWITH, ENDSWITH or CONTAINS matches nothing
+        if c.options.contains(.caseInsensitive) { return "(\(subject) LIKE \(bind(Self.likePattern(parts))) ESCAPE '\\')" }
+        return "(\(subject) GLOB \(bind(Self.globPattern(parts))))"
     }
 
     /// The literal a pattern ends in when it is `*` and then only literal characters.

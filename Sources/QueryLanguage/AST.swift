@@ -7,6 +7,18 @@ public indirect enum QueryPredicate: Equatable, Sendable {
     case comparison(Comparison)
 }
 
+extension QueryPredicate {
+    /// Every key the predicate compares, in the order written.
+    public var keys: [Key] {
+        switch self {
+        case .and(let a, let b), .or(let a, let b): a.keys + b.keys
+        case .not(let p): p.keys
+        case .constant: []
+        case .comparison(let c): [c.key]
+        }
+    }
+}
+
 /// `[quantifier] key op value`, with the key on the left whichever side it was written on
 /// (`flipped` says it was on the right, for `'x' IN tags`).
 public struct Comparison: Equatable, Sendable {

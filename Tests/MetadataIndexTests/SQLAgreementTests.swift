@@ -219,6 +219,46 @@ struct SQLAgreementTests {
         }
     }
 
+    @Test("a count of statuses alone, answered from the counts kept per state, follows every change of content, place and name")
+    func statusCountsFollowChanges() throws {
+        let index = try RandomIndex(seed: 7)
+        let predicates = try [
+            "downloadingStatus == 'notDownloaded'", "downloadingStatus == 'current'", "downloadingStatus != 'downloaded'",
+            "downloadingStatus == 'excluded'", "downloadingStatus IN {'notDownloaded', 'excluded'}", "downloadingStatus >= 'downloaded'",
+            "NOT (downloadingStatus == 'NSMetadataUbiquitousItemDownloadingStatusCurrent')", "TRUEPREDICATE", "FALSEPREDICATE",
+        ].map { try QueryParser.parse($0) }
+        func agree(_ when: String) throws {
+            for predicate in predicates {
+                #expect(try index.count(predicate, clock: Self.clock) == index.memory(predicate, clock: Self.clock).count, "\(when): \(predicate)")
+            }
+        }
+        try agree("as made")
+        let items = try index.store.read { try $0.allItems() }.filter { $0.ino != LocalItem.rootIno }
+        let files = items.filter { $0.kind == .file }
+        let folders = items.filter { $0.kind == .folder && $0.name != LocalItem.versionsFolderName }
+        try #require(files.count > 10 && folders.count > 2)
+        try index.store.write { w in
+            for (n, var file) in files.prefix(10).enumerated() {
+                file.content = [ContentState.placeholder, .current, .stale, .dirty][n % 4]
+                try w.updateContentState(file)
+            }
+        }
+        try agree("after content changes")
+        try index.store.write { w in
+            var folder = folders[0]
+            folder.name = folder.name.hasSuffix(".nosync") ? "back" : folder.name + ".nosync"
+            try w.update(folder)
+        }
+        try agree("after a folder's rename in or out of .nosync")
+        try index.store.write { w in
+            for file in files.suffix(5) { try w.delete(file.ino) }
+            _ = try w.insert(LocalItem(
+                itemID: ItemID("new"), parent: folders[1].ino, name: "new.txt", kind: .file, size: 1, mode: 0o644,
+                created: 0, modified: 0, changed: 0, xattrs: [:], revision: nil, content: .placeholder))
+        }
+        try agree("after deletes and an insert")
+    }
+
     @Test("values are bound, never spliced into the SQL text")
     func valuesAreBound() throws {
         let predicate = try QueryParser.parse("name == %@ OR xattr.user.x == %@ OR size > 1234567", arguments: ["'; DROP TABLE items; --", "zz9"])
