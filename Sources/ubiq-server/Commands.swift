@@ -81,7 +81,7 @@ struct DataOption: ParsableArguments {
 }
 
 struct Serve: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Run the server (the default command).")
+    static let configuration = CommandConfiguration(commandName: "serve", abstract: "Run the server (the default command).")
 
     @OptionGroup var data: DataOption
 
@@ -185,10 +185,11 @@ enum StandardInputWatch {
 
 struct Account: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "account",
         abstract: "Manage accounts.", subcommands: [Add.self, List.self, Remove.self])
 
     struct Add: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Create an account.")
+        static let configuration = CommandConfiguration(commandName: "add", abstract: "Create an account.")
         @OptionGroup var data: DataOption
         @Argument(help: "Account name (1-64 of A-Z a-z 0-9 . _ - @).") var name: String
         @Flag(name: .long, help: "Read the password from the first line of standard input.") var passwordStdin = false
@@ -203,7 +204,7 @@ struct Account: AsyncParsableCommand {
     }
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List accounts.")
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List accounts.")
         @OptionGroup var data: DataOption
         @Flag(name: .long, help: "Show each account's identity after its name (what GET /v1/whoami answers).") var identities = false
         func run() async throws {
@@ -215,7 +216,7 @@ struct Account: AsyncParsableCommand {
     }
 
     struct Remove: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Remove an account with all its containers.")
+        static let configuration = CommandConfiguration(commandName: "remove", abstract: "Remove an account with all its containers.")
         @OptionGroup var data: DataOption
         @Argument var name: String
         func run() async throws {

@@ -52,7 +52,7 @@ func jsonLine(_ object: [String: Any]) -> String {
 }
 
 struct Status: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show the mount's state, or each item's status attributes.")
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show the mount's state, or each item's status attributes.")
     @Argument(help: "Items to show; without any, the mount of the current directory.") var paths: [String] = []
     @Option(help: "The mount to describe when no PATH is given.") var mount: String?
     @Flag(help: "One JSON object per line.") var json = false
@@ -99,7 +99,7 @@ struct Status: AsyncParsableCommand {
 }
 
 struct Download: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Start downloading items (folders: everything below).")
+    static let configuration = CommandConfiguration(commandName: "download", abstract: "Start downloading items (folders: everything below).")
     @Argument(help: "Files or folders inside a mount.") var paths: [String]
     @Flag(help: "Show progress and return once every file is current (exit 0 only then).") var wait = false
 
@@ -164,7 +164,7 @@ enum Tree {
 }
 
 struct Evict: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Drop local content and keep placeholders (refused while changes are unsent).")
+    static let configuration = CommandConfiguration(commandName: "evict", abstract: "Drop local content and keep placeholders (refused while changes are unsent).")
     @Argument var paths: [String]
 
     func run() async throws {
@@ -180,13 +180,13 @@ struct Evict: AsyncParsableCommand {
 }
 
 struct Pin: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Always keep items on this device (recursive for folders).")
+    static let configuration = CommandConfiguration(commandName: "pin", abstract: "Always keep items on this device (recursive for folders).")
     @Argument var paths: [String]
     func run() async throws { try setPinned(paths, true) }
 }
 
 struct Unpin: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Let the cache limit evict items again (recursive for folders).")
+    static let configuration = CommandConfiguration(commandName: "unpin", abstract: "Let the cache limit evict items again (recursive for folders).")
     @Argument var paths: [String]
     func run() async throws { try setPinned(paths, false) }
 }
@@ -200,7 +200,7 @@ func setPinned(_ paths: [String], _ pinned: Bool) throws {
 }
 
 struct Unmount: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Send pending changes (bounded wait), then unmount.")
+    static let configuration = CommandConfiguration(commandName: "unmount", abstract: "Send pending changes (bounded wait), then unmount.")
     @Argument var mountpoint: String
     @Option(help: "Seconds to wait for pending uploads.") var timeout: Double = 30
 

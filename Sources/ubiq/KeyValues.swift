@@ -18,6 +18,7 @@ struct KeyValues: AsyncParsableCommand {
 
     struct Get: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "get",
             abstract: "Print a key's value: a string as its text, data as its bytes, anything else as JSON. Exit 1 when the key has none.")
         @Argument(help: "The key.") var key: String
         @Flag(help: "Print {\"key\":…,\"value\":…} with the value's JSON as stored.") var json = false
@@ -65,7 +66,7 @@ struct KeyValues: AsyncParsableCommand {
     }
 
     struct Remove: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Remove a key (no error when it has no value).")
+        static let configuration = CommandConfiguration(commandName: "remove", abstract: "Remove a key (no error when it has no value).")
         @Argument(help: "The key.") var key: String
         @OptionGroup var place: Where
 
@@ -76,7 +77,7 @@ struct KeyValues: AsyncParsableCommand {
     }
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print every key and its value's JSON, a tab between them, ordered by key.")
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "Print every key and its value's JSON, a tab between them, ordered by key.")
         @Flag(help: "One {\"key\":…,\"value\":…} per line.") var json = false
         @OptionGroup var place: Where
 
@@ -89,6 +90,7 @@ struct KeyValues: AsyncParsableCommand {
 
     struct Watch: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "watch",
             abstract: "Print each change of the store as it happens, with its reason and keys, until interrupted.")
         @Flag(help: "{\"reason\":…,\"keys\":[…]} per line.") var json = false
         @OptionGroup var place: Where

@@ -29,7 +29,7 @@ struct StoredLogin: Codable {
 }
 
 struct Login: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Log in to a sync server and store the token for later mounts.")
+    static let configuration = CommandConfiguration(commandName: "login", abstract: "Log in to a sync server and store the token for later mounts.")
 
     @Option(help: "The server's URL, for example http://127.0.0.1:8420, or unix:PATH for a server on a Unix socket.") var server: String
     @Option(help: "Account name.") var user: String

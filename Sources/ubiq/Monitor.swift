@@ -7,6 +7,7 @@ import SyncClient
 
 struct Monitor: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "monitor",
         abstract: "Show the mount's events as they happen, one per line, until interrupted.")
     @Option(help: "The mount to watch; without it, the mount of the current directory.") var mount: String?
     @Flag(help: "One JSON object per line (keys sorted).") var json = false

@@ -9,6 +9,7 @@ import SyncClient
 
 struct Mount: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "mount",
         abstract: "Mount a container. Returns once the mount is usable; the daemon stays in the background.")
 
     @Argument(help: "An existing, empty directory.") var mountpoint: String

@@ -10,7 +10,7 @@ import SyncClient
 /// its daemon from the rows it holds of every item, placeholders included. Plain output is one
 /// path per line, as `mdfind` prints; a bad predicate is exit 2 with where it is wrong.
 struct Query: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Find the items of a mount that match an NSPredicate-style query.")
+    static let configuration = CommandConfiguration(commandName: "query", abstract: "Find the items of a mount that match an NSPredicate-style query.")
     @Argument(help: "The predicate, e.g. \"name LIKE[c] '*.txt' AND size > 1000\".") var predicate: String
     @Option(name: .customLong("arg"), help: "A value for the next %K (a key) or %@ (a string), in order.") var arguments: [String] = []
     @Option(help: "documents (the Documents folder), data (everything else) or all.") var scope: String = "all"

@@ -7,6 +7,7 @@ import Foundation
 /// tour, may use it).
 struct Server: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "server",
         abstract: "Show, start or stop your embedded server (the one `ubiq mount` uses without a login).",
         subcommands: [ServerStatus.self, ServerStart.self, ServerStop.self],
         defaultSubcommand: ServerStatus.self)

@@ -11,7 +11,7 @@ import SyncClient
 /// versions folder, which `cat`, `cp` and `diff` read. `--all` adds the earlier contents the
 /// server keeps (asked of the server through the mount's daemon), which `ubiq restore` brings back.
 struct Versions: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List a file's current version and its conflict versions (with --all, its earlier versions too).")
+    static let configuration = CommandConfiguration(commandName: "versions", abstract: "List a file's current version and its conflict versions (with --all, its earlier versions too).")
     @Argument(help: "A file inside a mount.") var path: String
     @Flag(help: "Also the earlier versions the server keeps (needs the server).") var all = false
     @Flag(help: "One JSON object per line.") var json = false
@@ -85,7 +85,7 @@ struct Versions: AsyncParsableCommand {
 /// `ubiq restore PATH REVISION`: the earlier content of that revision (one `ubiq versions --all`
 /// lists) becomes the file's content again, as a new revision on every device. Online only.
 struct Restore: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Make an earlier version of a file (`ubiq versions --all` lists them) its current content again.")
+    static let configuration = CommandConfiguration(commandName: "restore", abstract: "Make an earlier version of a file (`ubiq versions --all` lists them) its current content again.")
     @Argument(help: "A file inside a mount.") var path: String
     @Argument(help: "The revision of the earlier version.") var revision: String
 
@@ -110,6 +110,7 @@ struct Restore: AsyncParsableCommand {
 /// every device once the server has it.
 struct Resolve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "resolve",
         abstract: "Resolve a file's conflict: keep the current version, make one conflict version current, or keep every version as a file.")
     @Argument(help: "A file inside a mount.") var path: String
     @Flag(help: "Keep the current version; the conflict versions go.") var keepCurrent = false
