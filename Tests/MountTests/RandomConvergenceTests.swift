@@ -24,14 +24,12 @@ import Testing
 /// A seed replays its operations, not their timing. `UBIQ_SEED` and `UBIQ_SEEDS` choose the
 /// first seed and how many run (the next seeds count up from it); `scripts/soak` sets them.
 ///
-/// It runs only when `UBIQ_SEED` is set (`scripts/soak` sets it; 100 seeds from there). A seed
-/// takes about 1.5 s alone and 2 to 3 s beside the rest of the suite. Each lost write found so
-/// far is fixed, with a regression test of its own (in RandomConvergenceRegressionTests, or in
-/// the engine's suites, whose commits name the seed). The last clean-clone run with it in the
-/// suite failed on faults since fixed (a check that read the server before a device's last
-/// change, and the runner's exit check); it joins the regular suite again once a clean-clone
-/// run with those fixes passes it.
-@Suite(.serialized, .enabled(if: ProcessInfo.processInfo.environment["UBIQ_SEED"] != nil, "out of the regular suite until a clean-clone run with its latest fixes passes it; scripts/soak runs it"))
+/// The regular suite runs 100 seeds from 20261127 (as root only: `scripts/test` skips it in the
+/// ordinary user's pass, which runs the same code). A seed takes about 1.5 s alone and 2 to 3 s
+/// beside the rest of the suite. Each lost write found so far is fixed, with a regression test
+/// of its own (in RandomConvergenceRegressionTests, or in the engine's suites, whose commits
+/// name the seed).
+@Suite(.serialized)
 struct RandomConvergenceTests {
     static let environment = ProcessInfo.processInfo.environment
     static let firstSeed = environment["UBIQ_SEED"].flatMap { UInt64($0) } ?? 20_261_127
