@@ -41,28 +41,23 @@ public struct ControlClient: Sendable {
 
     /// The raw answer to `GET path`: for answers that are not `Codable` (`KeyValuePage`).
     public func data(_ path: String, timeout: Duration = .seconds(10)) async throws -> Data {
-        let body = try await exchange(.GET, path, body: nil, timeout: timeout)
-        return Data(body.readableBytesView)
+        try await exchange(.GET, path, body: nil, timeout: timeout)
     }
 
     func call<T: Decodable>(_ method: HTTPMethod, _ path: String, body: Data? = nil, timeout: Duration) async throws -> T {
-        let body = try await exchange(method, path, body: body, timeout: timeout)
-        return try JSONDecoder().decode(T.self, from: Data(body.readableBytesView))
+        try JSONDecoder().decode(T.self, from: try await exchange(method, path, body: body, timeout: timeout))
     }
 
-    func exchange(_ method: HTTPMethod, _ path: String, body: Data?, timeout: Duration) async throws -> ByteBuffer {
-        var request = HTTPClientRequest(url: url(path))
-        request.method = method
-        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
-        let response: HTTPClientResponse
+    /// One call, over a socket of its own (`SocketExchange`), not the HTTP client.
+    func exchange(_ method: HTTPMethod, _ path: String, body: Data?, timeout: Duration) async throws -> Data {
+        let answer: SocketExchange.Answer
         do {
-            response = try await SyncHTTPClient.shared.execute(request, timeout: .seconds(timeout.components.seconds))
+            answer = try await SocketExchange.run(socketPath: socketPath, method: method.rawValue, target: path, body: body, timeout: timeout)
         } catch {
             throw Failure.noDaemon("\(error)")
         }
-        let body = try await response.body.collect(upTo: 16 << 20)
-        guard response.status == .ok else { throw Failure.answered(Int(response.status.code), String(buffer: body)) }
-        return body
+        guard answer.status == 200 else { throw Failure.answered(answer.status, String(decoding: answer.body, as: UTF8.self)) }
+        return answer.body
     }
 
     /// Streams the lines of `GET path` until the daemon ends it or the task is cancelled.
