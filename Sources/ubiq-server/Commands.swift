@@ -56,8 +56,33 @@ struct Failure: Error, CustomStringConvertible {
 }
 
 struct DataOption: ParsableArguments {
-    @Option(name: .long, help: "Data folder (default: $XDG_DATA_HOME/ubiq/server).")
+    @Option(name: .long, help: "Data folder (default: $XDG_DATA_HOME/ubiq/server). It may also come before the subcommand.")
     var data: String?
+
+    /// The arguments with a leading `--data DIR` (or `--data=DIR`) moved to the end, so that
+    /// `ubiq-server --data DIR account add NAME` reads as `git -C DIR …` does: the parser
+    /// takes options before a subcommand as the top command's, and only the subcommands have
+    /// a data folder. Only a leading one moves: anything later is the subcommand's already.
+    static func movedAfterSubcommand(_ arguments: [String]) -> [String] {
+        var rest = arguments
+        var moved: [String] = []
+        while let first = rest.first {
+            if first == "--data", rest.count >= 2 {
+                moved += rest.prefix(2)
+                rest.removeFirst(2)
+            } else if first.hasPrefix("--data=") {
+                moved.append(first)
+                rest.removeFirst()
+            } else {
+                break
+            }
+        }
+        guard !moved.isEmpty else { return arguments }
+        // Before a `--`, whose followers are all positional.
+        let end = rest.firstIndex(of: "--") ?? rest.endIndex
+        rest.insert(contentsOf: moved, at: end)
+        return rest
+    }
 
     var directory: String {
         if let data { return data }
@@ -240,7 +265,7 @@ extension UbiqServer {
     /// Parses and runs a command; returns its exit code (0, 1 or 2; docs/CLI.md).
     static func runMain() async -> Int32 {
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(DataOption.movedAfterSubcommand(Array(CommandLine.arguments.dropFirst())))
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {

@@ -104,6 +104,11 @@ import Testing
             let removed = try await run(Binaries.path("ubiq-server"), ["account", "remove", "carol", "--data", server.dataDirectory])
             #expect(removed.status == 0)
             #expect(try await http.send(.GET, APIPath.containers).status == 401)
+            // The data folder may come before the subcommand too, as `git -C` does.
+            let before = try await run(Binaries.path("ubiq-server"), ["--data", server.dataDirectory, "account", "add", "dave", "--password-stdin"], stdin: "pw\n")
+            #expect(before.status == 0, "\(before.stderr)")
+            let listed = try await run(Binaries.path("ubiq-server"), ["--data=\(server.dataDirectory)", "account", "list"])
+            #expect(listed.status == 0 && listed.stdout.split(separator: "\n") == ["dave"], "\(listed.stdout) \(listed.stderr)")
             let usage = try await run(Binaries.path("ubiq-server"), ["--no-such-flag"])
             #expect(usage.status == 2)
         }
