@@ -28,7 +28,7 @@ let package = Package(
         .executableTarget(
             name: "ubiq",
             dependencies: [
-                "QueryLanguage", "MetadataIndex", "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel", "DataFolderLock",
+                "QueryLanguage", "MetadataIndex", "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel", "LocalState", "DataFolderLock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -93,6 +93,18 @@ public struct ItemStatus: Sendable, Equatable {
 }
 
 extension ItemStatus {
+    /// An attribute's text (as `attributes` writes it) as a JSON value, for `ubiq status
+    /// --json`: flags as booleans, percentages as numbers, the conflict versions as their
+    /// array, the rest as strings. `name` is the whole name or the part after `user.ubiq.`.
+    public static func jsonValue(of name: String, _ text: String) -> Any {
+        switch name.hasPrefix(prefix) ? String(name.dropFirst(prefix.count)) : name {
+        case "isDownloading", "isUploaded", "isUploading", "hasUnresolvedConflicts", "pinned": return text == "1"
+        case "percentDownloaded", "percentUploaded": return Int(text) ?? text
+        case "conflictVersions": return (try? JSONSerialization.jsonObject(with: Data(text.utf8))) ?? text
+        default: return text
+        }
+    }
+
     /// The value of `user.ubiq.conflictVersions`: a JSON array, one object per version, keys
     /// sorted, so that scripts read it with any JSON tool and `ubiq versions` prints it.
     public static func listing(_ versions: [ConflictVersionEntry]) -> String {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import LocalState
 import MountDaemon
 import SyncAPI
 import SyncClient
@@ -88,7 +89,7 @@ struct Status: AsyncParsableCommand {
             let attributes = Xattr.status(absolute)
             if json {
                 var object: [String: Any] = ["path": path]
-                for (k, v) in attributes { object[k] = v }
+                for (k, v) in attributes { object[k] = ItemStatus.jsonValue(of: k, v) }
                 print(jsonLine(object))
             } else {
                 print("\(path): " + attributes.map { "\($0.0)=\($0.1)" }.joined(separator: " "))

@@ -32,6 +32,13 @@ import Testing
             }
             #expect(try await b.must(#"stat -c '%b' "$M/tree/big.bin""#).trimmingCharacters(in: .whitespacesAndNewlines) == "0")
             #expect(try await b.xattr("tree/big.bin", "user.ubiq.downloadingStatus") == "notDownloaded")
+            // `ubiq status --json` types them: flags as booleans, percentages as numbers.
+            let line = try await b.ubiq(["status", "--json", b.mountpoint + "/tree/big.bin"])
+            #expect(try JSONSerialization.jsonObject(with: Data(line.stdout.utf8)) is [String: Any], "\(line.stdout)")
+            for field in [#""downloadingStatus":"notDownloaded""#, #""isDownloading":false"#, #""percentDownloaded":0"#, #""isUploaded":true"#,
+                          #""isUploading":false"#, #""percentUploaded":100"#, #""hasUnresolvedConflicts":false"#, #""pinned":false"#, #""itemID":""#, #""revision":""#] {
+                #expect(line.stdout.contains(field), "\(field) in \(line.stdout)")
+            }
 
             // cat on B returns identical bytes, and the status becomes current.
             for (path, data) in tree.files.sorted(by: { $0.key < $1.key }).prefix(15) + [("big.bin", big)] {
