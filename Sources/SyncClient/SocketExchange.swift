@@ -111,6 +111,9 @@ enum SocketExchange {
         }
         let rest = data[headEnd.upperBound...]
         if headers["transfer-encoding"]?.lowercased() == "chunked" {
+            // Decoded once its last chunk may be in (or the connection ended), not after every
+            // read: a long answer would be parsed again from its start each time.
+            guard ended || rest.suffix(5).elementsEqual("0\r\n\r\n".utf8) else { return nil }
             return try dechunk(rest).map { Answer(status: status, body: $0) }
         }
         if let length = headers["content-length"] {
