@@ -66,7 +66,9 @@ struct Status: AsyncParsableCommand {
                 throw Failure("the daemon of \(mountpoint) does not answer: \(error)")
             }
             if json {
-                print(String(decoding: try JSONEncoder().encode(report), as: UTF8.self))
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+                print(String(decoding: try encoder.encode(report), as: UTF8.self))
             } else {
                 print("mount:     \(report.mountpoint)")
                 print("server:    \(report.server) (\(report.connected ? "connected" : "offline\(report.lastError.map { ": " + $0 } ?? "")"))")
