@@ -47,6 +47,14 @@ func requireInMount(_ path: String) throws -> String {
     return absolute
 }
 
+/// The encoder of every `--json` line made from a Codable value: keys sorted and slashes as
+/// they are, as `jsonLine` writes a dictionary.
+func outputEncoder() -> JSONEncoder {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    return encoder
+}
+
 func jsonLine(_ object: [String: Any]) -> String {
     let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
     return String(decoding: data, as: UTF8.self)
@@ -66,9 +74,7 @@ struct Status: AsyncParsableCommand {
                 throw Failure("the daemon of \(mountpoint) does not answer: \(error)")
             }
             if json {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-                print(String(decoding: try encoder.encode(report), as: UTF8.self))
+                print(String(decoding: try outputEncoder().encode(report), as: UTF8.self))
             } else {
                 print("mount:     \(report.mountpoint)")
                 print("server:    \(report.server) (\(report.connected ? "connected" : "offline\(report.lastError.map { ": " + $0 } ?? "")"))")

@@ -151,9 +151,7 @@ struct WhoAmICommand: AsyncParsableCommand {
             }
         }
         if json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+            print(String(decoding: try outputEncoder().encode(report), as: UTF8.self))
         } else {
             print("account:   \(report.account)")
             print("container: \(report.container)")

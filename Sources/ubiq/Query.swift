@@ -69,8 +69,7 @@ struct Query: AsyncParsableCommand {
             print(json ? jsonLine(["count": n]) : String(n))
             return
         }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let encoder = outputEncoder()
         var group: String?
         for item in results {
             if let groupBy, !json, item.group != group {
@@ -110,8 +109,7 @@ struct Query: AsyncParsableCommand {
     /// Prints a live query's lines as they come (L1): results as the one-shot query prints them,
     /// then the events as JSON lines, with absolute paths unless `--json`.
     func follow(_ lines: AsyncThrowingStream<String, Error>, mountpoint: String) async throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let encoder = outputEncoder()
         func shown(_ item: QueryResultItem) throws -> Any {
             json ? try JSONSerialization.jsonObject(with: try encoder.encode(item)) : mountpoint + item.path
         }
