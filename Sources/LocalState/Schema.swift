@@ -227,9 +227,9 @@ extension LocalStore {
             // `downloadingStatus == 'notDownloaded'` counted every entry of `items_by_content`
             // (8 to 11 ms at 100,000 items before any other check): the rows of each kind and
             // content state, kept by triggers, answer it with the few excluded rows taken off
-            // (`LocalReader.count(statuses:)`). The name keys carry the parent, so that a count
-            // of `name LIKE[c] '*.txt'` reads no row; the folders have their own small index, so
-            // that giving results their paths reads no row either.
+            // (`LocalReader.count(downloadingStatuses:)`). The name keys carry the parent, so
+            // that a count of `name LIKE[c] '*.txt'` reads no row; the folders have their own
+            // small index, so that giving results their paths reads no row either.
             try db.execute(sql: """
                 CREATE TABLE status_totals (kind TEXT NOT NULL, content TEXT NOT NULL, items INTEGER NOT NULL, PRIMARY KEY (kind, content)) WITHOUT ROWID;
                 WITH kinds(kind) AS (VALUES ('file'), ('folder')),

@@ -1,4 +1,5 @@
 import Foundation
+import SyncAPI
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -76,16 +77,23 @@ enum SocketExchange {
         }
     }
 
-    private static func connect(_ fd: Int32, to path: String) throws {
+    /// The socket address of `path`, NUL-terminated in `sun_path`.
+    static func address(of path: String) throws -> sockaddr_un {
+        let bytes = Array(path.utf8)
+        guard bytes.count <= UnixSocketAddress.longestPath else {
+            throw Failure.socket("the socket's path is longer than \(UnixSocketAddress.longestPath) bytes: \(path)")
+        }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        let capacity = MemoryLayout.size(ofValue: address.sun_path)
-        guard bytes.count < capacity else { throw Failure.socket("the socket's path is longer than \(capacity - 1) bytes: \(path)") }
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             raw.copyBytes(from: bytes)
             raw[bytes.count] = 0
         }
+        return address
+    }
+
+    private static func connect(_ fd: Int32, to path: String) throws {
+        var address = try address(of: path)
         let result = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }

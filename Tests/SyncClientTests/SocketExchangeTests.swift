@@ -53,12 +53,7 @@ import Glibc
         let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         try #require(listener >= 0)
         defer { close(listener) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: Array(path.utf8))
-            raw[path.utf8.count] = 0
-        }
+        var address = try SocketExchange.address(of: path)
         let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
         try #require(bound == 0 && listen(listener, 1) == 0)
         let answer = Array("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n{\"a\":1\r\n1\r\n}\r\n0\r\n\r\n".utf8)
