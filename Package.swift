@@ -118,7 +118,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "ServerStorage", "SyncAPI", "ItemModel", "SyncEngine",
+                "ServerStorage", "SyncService", "SyncAPI", "ItemModel", "SyncEngine",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -53,6 +53,13 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         try SQLiteMetadataStore(writer: DatabaseQueue(), now: now)
     }
 
+    /// A copy of the database as it is now, in memory: a backup to restore a server from, for tests.
+    public func backupInMemory() throws -> SQLiteMetadataStore {
+        let copy = try DatabaseQueue()
+        try writer.backup(to: copy)
+        return try SQLiteMetadataStore(writer: copy, now: now)
+    }
+
     init(writer: any DatabaseWriter, now: @escaping @Sendable () -> Timestamp) throws {
         self.writer = writer
         self.now = now

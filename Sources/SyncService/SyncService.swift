@@ -6,8 +6,8 @@ import SyncAPI
 /// What the server decides, without a transport: logins, containers, the checks of each
 /// request, item operations with their base revisions, the change log and its wake-ups, and the
 /// rules of content upload. `ubiq-server` answers HTTP with it (SyncServer decodes a request,
-/// makes one call here and encodes the answer). TestSupport's in-memory remote does not use
-/// it yet: it keeps the same rules by hand. Refusals are `APIError`.
+/// makes one call here and encodes the answer); TestSupport's in-process server calls it
+/// directly, without HTTP. Refusals are `APIError`.
 public struct SyncService: Sendable {
     public let storage: ServerStorage
     /// Woken after each commit of a container's change.

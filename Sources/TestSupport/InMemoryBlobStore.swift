@@ -29,6 +29,13 @@ public final class InMemoryBlobStore: BlobStore, Sendable {
 
     public var count: Int { blobs.withLock { $0.count } }
 
+    /// Another store holding the same blobs as this one now.
+    public func copy() -> InMemoryBlobStore {
+        let copy = InMemoryBlobStore()
+        copy.blobs.withLock { $0 = blobs.withLock { $0 } }
+        return copy
+    }
+
     public func digests(writtenBefore cutoff: Timestamp) throws -> [ContentDigest] {
         blobs.withLock { $0.filter { $0.value.written < cutoff }.map(\.key) }
     }

@@ -19,12 +19,12 @@ struct CacheLimitTests {
     @Test("reading past the limit evicts the least recently used clean, closed, unpinned files; never pinned, dirty or open ones")
     func evictsLeastRecentlyUsed() async throws {
         // Room for 3.5 files: the pinned one, the dirty one, and one or two more.
-        let h = try Harness(cacheLimit: 35_000)
+        let h = try await Harness(cacheLimit: 35_000)
         defer { h.close() }
         // No outbox: the dirty file keeps its unsent change for the whole test.
         try await h.running([.changeFeed, .maintenance]) {
-            for i in 1...4 { try h.remote.otherDevice.createFile("f\(i).bin", content: content(i)) }
-            try h.remote.otherDevice.createFile("pinned.bin", content: content(9))
+            for i in 1...4 { try await h.remote.otherDevice.createFile("f\(i).bin", content: content(i)) }
+            try await h.remote.otherDevice.createFile("pinned.bin", content: content(9))
             try await eventually("the files to appear") { try h.children().count == 5 }
             let f = try (1...4).map { try h.requireIno("/f\($0).bin") }
             let pinned = try h.requireIno("/pinned.bin")
@@ -64,11 +64,11 @@ struct CacheLimitTests {
         "a file downloaded on request is the most recently used, not the first to go"
     )
     func requestedDownloadIsRecent() async throws {
-        let h = try Harness(cacheLimit: 15_000)
+        let h = try await Harness(cacheLimit: 15_000)
         defer { h.close() }
         try await h.running([.changeFeed, .maintenance]) {
-            try h.remote.otherDevice.createFile("old.bin", content: content(1))
-            try h.remote.otherDevice.createFile("wanted.bin", content: content(2))
+            try await h.remote.otherDevice.createFile("old.bin", content: content(1))
+            try await h.remote.otherDevice.createFile("wanted.bin", content: content(2))
             try await eventually("the files to appear") { try h.children().count == 2 }
             let old = try h.requireIno("/old.bin")
             let wanted = try h.requireIno("/wanted.bin")
@@ -82,10 +82,10 @@ struct CacheLimitTests {
 
     @Test("downloading a folder starts a few files at a time, not all at once, and fetches them all")
     func aFolderDownloadsAFewAtATime() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
-        let folder = try h.remote.otherDevice.createFolder("many")
-        for i in 0..<20 { _ = try h.remote.otherDevice.createFile("f\(i).txt", in: folder.id, content: Array("file \(i)".utf8)) }
+        let folder = try await h.remote.otherDevice.createFolder("many")
+        for i in 0..<20 { _ = try await h.remote.otherDevice.createFile("f\(i).txt", in: folder.id, content: Array("file \(i)".utf8)) }
         try await h.running {
             let ino = try await h.appeared("/many")
             try await eventually("the folder's files to appear") { try h.children(ino).count == 20 }
@@ -106,10 +106,10 @@ struct CacheLimitTests {
     /// `ubiq download` of a folder whose files had not all arrived when the daemon stopped: the
     /// next daemon fetches the rest, and once they are here nothing is asked for any more.
     @Test func aRequestedDownloadGoesOnAfterARestart() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
-        let folder = try h.remote.otherDevice.createFolder("many")
-        for i in 0..<10 { _ = try h.remote.otherDevice.createFile("f\(i).txt", in: folder.id, content: Array("file \(i)".utf8)) }
+        let folder = try await h.remote.otherDevice.createFolder("many")
+        for i in 0..<10 { _ = try await h.remote.otherDevice.createFile("f\(i).txt", in: folder.id, content: Array("file \(i)".utf8)) }
         let ino = try await h.running {
             let ino = try await h.appeared("/many")
             try await eventually("the folder's files to appear") { try h.children(ino).count == 10 }
@@ -123,7 +123,7 @@ struct CacheLimitTests {
         h.remote.releaseAll()
         #expect(try h.store.read { try $0.children(of: ino) }.allSatisfy { $0.content == .placeholder })
 
-        let again = try h.restarted()
+        let again = try await h.restarted()
         try await again.running {
             try await eventually("every file to be downloaded after the restart") {
                 try again.store.read { try $0.children(of: ino) }.allSatisfy { $0.content == .current }

@@ -1,5 +1,6 @@
 // The VFS suite's harness: a FileSystem over a real SyncEngine, LocalStore and cache folder,
-// talking to TestSupport's InMemoryRemoteStore. No FUSE, no HTTP.
+// talking to the server's own rules (SyncService) in process through TestSupport's
+// FaultInjectingRemote. No FUSE, no HTTP.
 //
 // Rules:
 //   - No sleeping and hoping: conditions are polled with `eventually` until a deadline.
@@ -62,7 +63,7 @@ struct Harness: Sendable {
     }
 
     let directory: TempDirectory
-    let remote: InMemoryRemoteStore
+    let remote: FaultInjectingRemote
     let observer: RecordingObserver
     let store: LocalStore
     let engine: SyncEngine
@@ -71,17 +72,21 @@ struct Harness: Sendable {
     /// - Parameter inMemoryDatabase: a private in-memory database instead of a WAL file with
     ///   `synchronous = FULL`; for long operation sequences, where an fsync per commit would
     ///   dominate (the machine may have two cores shared by every test running in parallel).
-    init(_ setup: StoreSetup, cacheLimit: Int64? = nil) throws {
-        try self.init(cacheLimit: cacheLimit, inMemoryDatabase: setup == .sqliteMemory)
+    init(_ setup: StoreSetup, cacheLimit: Int64? = nil) async throws {
+        try await self.init(cacheLimit: cacheLimit, inMemoryDatabase: setup == .sqliteMemory)
     }
 
-    init(cacheLimit: Int64? = nil, remote: InMemoryRemoteStore = InMemoryRemoteStore(), inMemoryDatabase: Bool = false, directory: TempDirectory? = nil) throws {
+    init(cacheLimit: Int64? = nil, remote: FaultInjectingRemote? = nil, inMemoryDatabase: Bool = false, directory: TempDirectory? = nil) async throws {
         self.directory = try directory ?? TempDirectory("ubiq-vfs")
+        let remote = if let remote { remote } else { try await FaultInjectingRemote.inMemory() }
         self.remote = remote
         observer = RecordingObserver()
         store = inMemoryDatabase ? try LocalStore(inMemory: ()) : try LocalStore(path: self.directory.path + "/state.sqlite")
         // As after a first contact with the server: the identity token is known.
-        if try store.read({ try $0.accountIdentity() }) == nil { try store.write { try $0.setAccountIdentity(remote.identity) } }
+        if try store.read({ try $0.accountIdentity() }) == nil {
+            let identity = try await remote.server.connection.whoami().identity
+            try store.write { try $0.setAccountIdentity(identity) }
+        }
         let cache = try ContentCache(directory: self.directory.path + "/content")
         let logger = Logger(label: "ubiq.vfs-tests") { _ in SwiftLogNoOpLogHandler() }
         let openFiles = OpenFiles()
@@ -94,8 +99,8 @@ struct Harness: Sendable {
 
     /// A new daemon on the same database, cache folder and server, as after a restart (or a
     /// crash: nothing is flushed or closed first). Stop this harness's services before.
-    func restarted(cacheLimit: Int64? = nil) throws -> Harness {
-        try Harness(cacheLimit: cacheLimit, remote: remote, directory: directory)
+    func restarted(cacheLimit: Int64? = nil) async throws -> Harness {
+        try await Harness(cacheLimit: cacheLimit, remote: remote, directory: directory)
     }
 
     func close() {
@@ -141,11 +146,11 @@ struct Harness: Sendable {
     func appliedCursor() throws -> String? { engine.appliedCursor?.rawValue }
 
     /// True once the engine has applied every change the server has.
-    func caughtUp() throws -> Bool { try appliedCursor() == remote.latestCursor.rawValue }
+    func caughtUp() async throws -> Bool { try await appliedCursor() == remote.latestCursor().rawValue }
 
     /// Waits until nothing is queued and every change the server has is applied here.
     func settled(_ what: String = "the upload and its echo") async throws {
-        try await eventually(what) { try outbox().isEmpty && caughtUp() }
+        try await eventually(what) { try await caughtUp() && outbox().isEmpty }
     }
 
     /// The names a listing of the folder gives, as the kernel reads them.
@@ -259,9 +264,9 @@ struct Harness: Sendable {
         }
     }
 
-    /// The mount's tree as `readdir` + `read` show it, by path: the same shape as `remote.tree()`.
-    func localTree(readContent: Bool = true) async throws -> [String: InMemoryRemoteStore.TreeEntry] {
-        var out: [String: InMemoryRemoteStore.TreeEntry] = [:]
+    /// The mount's tree as `readdir` + `read` show it, by path: the same shape as `try await remote.tree()`.
+    func localTree(readContent: Bool = true) async throws -> [String: ServerView.TreeEntry] {
+        var out: [String: ServerView.TreeEntry] = [:]
         func walk(_ folder: Int64, _ prefix: String) async throws {
             let handle = try fs.openDirectory(folder)
             let entries = Array(try fs.readDirectory(handle, from: 0))

@@ -16,7 +16,7 @@ struct InFlightTests {
     }
 
     /// Opens the gate and waits until the held call has its answer.
-    func release(_ gate: CallGate, _ operation: InMemoryRemoteStore.Operation, _ h: Harness) async throws {
+    func release(_ gate: CallGate, _ operation: FaultInjectingRemote.Operation, _ h: Harness) async throws {
         let before = h.remote.answered(operation)
         gate.open()
         try await eventually("the held \(operation) to be answered") { h.remote.answered(operation) > before }
@@ -26,7 +26,7 @@ struct InFlightTests {
         "an edit made while the previous version uploads is sent after it"
     )
     func editDuringContentUpload() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("a.txt", Array("v1".utf8))
         try await h.running {
@@ -37,7 +37,7 @@ struct InFlightTests {
             try await h.overwrite(ino, Array("v3".utf8))
             try await release(gate, .updateContent, h)
             try await settled(h)
-            #expect(h.remote.content(atPath: "/a.txt") == Array("v3".utf8))
+            #expect(try await h.remote.content(atPath: "/a.txt") == Array("v3".utf8))
             #expect(try await h.read(ino) == Array("v3".utf8))
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
         }
@@ -50,7 +50,7 @@ struct InFlightTests {
     /// must wait for the first, not be undone.
     @Test("a folder moved into a folder that an earlier move of this device, still waiting, takes out of it stays moved")
     func aMoveAheadOfTheMoveItNeedsWaitsForIt() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let c = try h.mkdir("c")
         let f = try h.mkdir("f", in: c)
@@ -60,9 +60,9 @@ struct InFlightTests {
             h.remote.failNext(.updateItem, with: .protocolError("injected: the server failed"))
             try h.fs.rename(parent: f, name: n("b"), newParent: rootIno, newName: n("b"), noReplace: false, exchange: false)
             try h.fs.rename(parent: c, name: n("f"), newParent: b, newName: n("f"), noReplace: false, exchange: false)
-            try await eventually("both moves to reach the server") { try h.outbox().isEmpty && h.remote.item(atPath: "/b/f") != nil }
+            try await eventually("both moves to reach the server") { try await h.remote.item(atPath: "/b/f") != nil && h.outbox().isEmpty }
             #expect(try h.ino("/b/f") == f, "the folder stays where it was moved here")
-            #expect(h.remote.item(atPath: "/c/f") == nil)
+            #expect(try await h.remote.item(atPath: "/c/f") == nil)
         }
     }
 
@@ -70,7 +70,7 @@ struct InFlightTests {
         "a second rename made while the first one is being sent reaches the server"
     )
     func renameDuringMove() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try h.writeNewFile("a.txt", Array("x".utf8))
         try await h.running {
@@ -81,7 +81,7 @@ struct InFlightTests {
             try h.fs.rename(parent: rootIno, name: n("b.txt"), newParent: rootIno, newName: n("c.txt"), noReplace: false, exchange: false)
             try await release(gate, .updateItem, h)
             try await settled(h)
-            #expect(h.remote.tree().keys.sorted() == ["/c.txt"])
+            #expect(try await h.remote.tree().keys.sorted() == ["/c.txt"])
             #expect(try h.children() == ["c.txt"])
         }
     }
@@ -89,7 +89,7 @@ struct InFlightTests {
     /// Regression: the create in flight carried the old name and nothing followed it up.
     @Test("a rename made while the file's create is in flight reaches the server")
     func renameDuringCreate() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
             let gate = h.remote.hold(.createItem)
@@ -98,7 +98,7 @@ struct InFlightTests {
             try h.fs.rename(parent: rootIno, name: n("draft.txt"), newParent: rootIno, newName: n("final.txt"), noReplace: false, exchange: false)
             try await release(gate, .createItem, h)
             try await settled(h)
-            #expect(h.remote.tree() == ["/final.txt": .init(kind: .file, digest: sha(Array("text".utf8)))])
+            #expect(try await h.remote.tree() == ["/final.txt": .init(kind: .file, digest: sha(Array("text".utf8)))])
             #expect(try h.children() == ["final.txt"])
         }
     }
@@ -109,7 +109,7 @@ struct InFlightTests {
     /// "conflict", and a new file of the folder's name became a conflicted copy.
     @Test("a file moved out of its folder while its create is in flight lets the folder go, with no conflict")
     func moveOutDuringCreateThenRemoveFolder() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
             let folder = try h.mkdir("c")
@@ -122,7 +122,7 @@ struct InFlightTests {
             try h.writeNewFile("c", Array("new".utf8))
             try await release(gate, .createItem, h)
             try await settled(h)
-            #expect(h.remote.tree() == [
+            #expect(try await h.remote.tree() == [
                 "/d.txt": .init(kind: .file, digest: sha(Array("moved".utf8))),
                 "/c": .init(kind: .file, digest: sha(Array("new".utf8))),
             ])
@@ -135,7 +135,7 @@ struct InFlightTests {
     /// Regression: the create in flight landed anyway and its echo brought the file back.
     @Test("a delete made while the file's create is in flight removes it from the server")
     func deleteDuringCreate() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
             let gate = h.remote.hold(.createItem)
@@ -144,7 +144,7 @@ struct InFlightTests {
             try h.fs.unlink(parent: rootIno, name: n("scratch.txt"))
             try await release(gate, .createItem, h)
             try await settled(h)
-            #expect(h.remote.tree().isEmpty, "the server still has \(h.remote.tree().keys.sorted())")
+            #expect(try await h.remote.tree().isEmpty, "the server still has \(try await h.remote.tree().keys.sorted())")
             let children = try h.children()
             #expect(children.isEmpty, "the deleted file came back: \(children)")
         }
@@ -154,7 +154,7 @@ struct InFlightTests {
         "a delete made while the file's new content uploads deletes it on the server"
     )
     func deleteDuringContentUpdate() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("a.txt", Array("v1".utf8))
         try await h.running {
@@ -165,7 +165,7 @@ struct InFlightTests {
             try h.fs.unlink(parent: rootIno, name: n("a.txt"))
             try await release(gate, .updateContent, h)
             try await settled(h)
-            #expect(h.remote.tree().isEmpty, "the server still has \(h.remote.tree().keys.sorted())")
+            #expect(try await h.remote.tree().isEmpty, "the server still has \(try await h.remote.tree().keys.sorted())")
             let children = try h.children()
             #expect(children.isEmpty, "the deleted file came back: \(children)")
         }
@@ -175,7 +175,7 @@ struct InFlightTests {
         "safe save while the temp file's create is in flight: the server ends with the new content under the real name"
     )
     func safeSaveDuringTempCreate() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let v1 = Array("old".utf8)
         let v2 = Array("new, saved by an editor".utf8)
@@ -188,7 +188,7 @@ struct InFlightTests {
             try h.fs.rename(parent: rootIno, name: n("doc.txt.tmp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
             try await release(gate, .createItem, h)
             try await settled(h)
-            #expect(h.remote.tree() == ["/doc.txt": .init(kind: .file, digest: sha(v2))])
+            #expect(try await h.remote.tree() == ["/doc.txt": .init(kind: .file, digest: sha(v2))])
             #expect(try h.children() == ["doc.txt"])
             #expect(try await h.read(try h.requireIno("/doc.txt")) == v2)
         }
@@ -203,7 +203,7 @@ struct InFlightTests {
         "safe saves in a row while the first temp file's create is in flight: that create's item is deleted first, no conflicted copy"
     )
     func safeSavesInARowDuringTempCreate() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let v3 = Array("third".utf8)
         try h.writeNewFile("doc.txt", Array("first".utf8))
@@ -220,7 +220,7 @@ struct InFlightTests {
             try await settled(h)
             try h.fs.rename(parent: rootIno, name: n("doc.txt.tmp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
             try await settled(h)
-            #expect(h.remote.tree() == ["/doc.txt": .init(kind: .file, digest: sha(v3))])
+            #expect(try await h.remote.tree() == ["/doc.txt": .init(kind: .file, digest: sha(v3))])
             #expect(try h.children() == ["doc.txt"])
             #expect(!h.observer.events.contains { $0.isConflict }, "\(h.observer.events.map { "\($0.kind) \($0.detail ?? "")" })")
         }
@@ -231,14 +231,14 @@ struct InFlightTests {
     /// refusal: "same (conflicted copy …) (conflicted copy …).txt".
     @Test("a create refused for a name its file has already left gets no second conflicted-copy suffix")
     func createRefusedAfterTheArrivalRenamedIt() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
             try await settled(h)
             let gate = h.remote.hold(.createItem)
             let mine = try h.writeNewFile("same.txt", Array("mine".utf8))
             try await eventually("this device's create to be in flight") { gate.arrivals == 1 }
-            try h.remote.otherDevice.createFile("same.txt", content: Array("theirs".utf8))
+            try await h.remote.otherDevice.createFile("same.txt", content: Array("theirs".utf8))
             try await eventually("the other device's file to arrive") { try h.local(mine)?.name != "same.txt" }
             try await release(gate, .createItem, h)
             try await settled(h)
@@ -246,7 +246,7 @@ struct InFlightTests {
             #expect(names.count == 2 && names.contains("same.txt"), "\(names)")
             let copy = try #require(try h.local(mine)).name
             #expect(copy.components(separatedBy: "conflicted copy").count == 2, "one suffix: \(copy)")
-            #expect(Set(h.remote.tree().keys) == Set(names.map { "/" + $0 }))
+            #expect(Set(try await h.remote.tree().keys) == Set(names.map { "/" + $0 }))
         }
     }
 
@@ -259,7 +259,7 @@ struct InFlightTests {
         "safe save while the replaced file's previous edit uploads: the save goes up from the revision that edit made, no conflict"
     )
     func safeSaveDuringTargetUpload() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let saved = Array("saved by an editor".utf8)
         let ino = try h.writeNewFile("doc.txt", Array("hello world".utf8))
@@ -274,7 +274,7 @@ struct InFlightTests {
             try h.fs.rename(parent: rootIno, name: n("doc.txt.tmp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
             try await release(edit, .updateContent, h)
             try await settled(h)
-            #expect(h.remote.tree() == ["/doc.txt": .init(kind: .file, digest: sha(saved))])
+            #expect(try await h.remote.tree() == ["/doc.txt": .init(kind: .file, digest: sha(saved))])
             let now = try h.requireIno("/doc.txt")
             #expect(try h.xattr(now, "user.ubiq.uploadingError") == nil)
             #expect(try await h.read(now) == saved)
@@ -283,7 +283,7 @@ struct InFlightTests {
 
     @Test("a safe save keeps the saved file's own mode and attributes on the server, not the replaced file's")
     func safeSaveSendsModeAndAttributes() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("doc.txt", Array("v1".utf8))
         try await h.running {
@@ -291,7 +291,7 @@ struct InFlightTests {
             try h.fs.setXattr(ino, name: "user.k", value: Array("old".utf8), create: false, replace: false)
             try h.fs.setXattr(ino, name: "user.same", value: Array("kept".utf8), create: false, replace: false)
             try await settled(h)
-            let id = try #require(h.remote.item(atPath: "/doc.txt")).id
+            let id = try #require(try await h.remote.item(atPath: "/doc.txt")).id
             // Offline, so that the temp file is still new when it is renamed over: a safe save.
             h.remote.isOnline = false
             try await eventually("the engine to notice it is offline") { !h.engine.isConnected }
@@ -303,8 +303,8 @@ struct InFlightTests {
             try h.fs.rename(parent: rootIno, name: n("doc.txt.tmp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
             h.remote.isOnline = true
             try await settled(h)
-            let item = try #require(h.remote.liveItem(id), "the same item, a new version")
-            #expect(h.remote.content(of: id) == Array("v2".utf8))
+            let item = try #require(try await h.remote.liveItem(id), "the same item, a new version")
+            #expect(try await h.remote.content(of: id) == Array("v2".utf8))
             #expect(item.xattrs == ["user.k": Data("new".utf8), "user.extra": Data("1".utf8), "user.same": Data("kept".utf8)])
             #expect(item.mode & 0o7777 == 0o600)
             #expect(try h.store.read { try $0.xattrChanges(of: tmp) }.isEmpty)
@@ -315,7 +315,7 @@ struct InFlightTests {
     /// for new entries, so a file saved during a long upload waited for that upload to end.
     @Test("a small file saved while a large upload is in flight goes up without waiting for it")
     func smallFileDuringLargeUpload() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
             let gate = h.remote.hold(.uploadBlob)
@@ -323,12 +323,12 @@ struct InFlightTests {
             try await eventually("the large file's content to be in flight") { gate.arrivals == 1 }
             try h.writeNewFile("note.txt", Array("saved meanwhile".utf8))
             try await eventually("note.txt to reach the server while large.bin is held") {
-                h.remote.tree()["/note.txt"] != nil
+                try await h.remote.tree()["/note.txt"] != nil
             }
-            #expect(h.remote.tree()["/large.bin"] == nil, "the large upload was held at its gate")
+            #expect(try await h.remote.tree()["/large.bin"] == nil, "the large upload was held at its gate")
             try await release(gate, .uploadBlob, h)
             try await settled(h)
-            #expect(h.remote.tree().keys.sorted() == ["/large.bin", "/note.txt"])
+            #expect(try await h.remote.tree().keys.sorted() == ["/large.bin", "/note.txt"])
         }
     }
 }

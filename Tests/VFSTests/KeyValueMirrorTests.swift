@@ -13,7 +13,7 @@ struct KeyValueMirrorTests {
 
     @Test("a write made offline shows at once and goes up when the server is back; another device's change comes down with its notice")
     func offlineWriteThenServerChange() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let (notices, stop) = h.engine.keyValueNotices.subscribe()
         defer { stop() }
@@ -21,12 +21,12 @@ struct KeyValueMirrorTests {
         h.remote.isOnline = false
         try h.engine.setKeyValue("theme", json: Self.json(#""dark""#))
         #expect(try h.engine.keyValue("theme") == Self.json(#""dark""#))
-        #expect(h.remote.storedKeyValues().isEmpty)
+        #expect(try await h.remote.storedKeyValues().isEmpty)
         h.remote.isOnline = true
         try await h.running([.changeFeed, .keyValues]) {
             #expect(await heard.next() == KeyValueNotice(.initialSync, keys: []))
-            try await eventually("the write to reach the server") { h.remote.storedKeyValues()["theme"] == Self.json(#""dark""#) }
-            h.remote.otherDeviceSets("size", json: Self.json("12"))
+            try await eventually("the write to reach the server") { try await h.remote.storedKeyValues()["theme"] == Self.json(#""dark""#) }
+            try await h.remote.otherDevice.setKeyValue("size", json: Self.json("12"))
             #expect(await heard.next() == KeyValueNotice(.serverChange, keys: ["size"]))
             #expect(try h.engine.keyValue("size") == Self.json("12"))
         }
@@ -35,7 +35,7 @@ struct KeyValueMirrorTests {
 
     @Test("a newer write of a key made while the older one is on its way is not settled by the older one's answer")
     func newerWriteDuringSend() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let gate = h.remote.hold(.setKeyValue)
         try await h.running([.changeFeed, .keyValues]) {
@@ -43,7 +43,7 @@ struct KeyValueMirrorTests {
             try await eventually("the first write to be sent") { gate.arrivals == 1 }
             try h.engine.setKeyValue("k", json: Self.json("2"))
             gate.open()
-            try await eventually("the newer write to reach the server") { h.remote.storedKeyValues()["k"] == Self.json("2") }
+            try await eventually("the newer write to reach the server") { try await h.remote.storedKeyValues()["k"] == Self.json("2") }
             try await eventually("nothing left to send") { try h.store.read { try $0.keyValueWrites().isEmpty } }
             #expect(try h.engine.keyValue("k") == Self.json("2"))
         }
@@ -51,9 +51,9 @@ struct KeyValueMirrorTests {
 
     @Test("a write the server refuses for a limit is reported as quotaViolation, dropped and never sent again")
     func serverRefusalIsReportedOnce() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
-        h.remote.otherDeviceSets("kept", json: Self.json(#""server's""#))
+        try await h.remote.otherDevice.setKeyValue("kept", json: Self.json(#""server's""#))
         let (notices, stop) = h.engine.keyValueNotices.subscribe()
         defer { stop() }
         try await h.running([.changeFeed, .keyValues]) {
@@ -72,8 +72,8 @@ struct KeyValueMirrorTests {
     }
 
     @Test("a write past a limit as this device sees the store is refused before anything is queued")
-    func localLimits() throws {
-        let h = try Harness(inMemoryDatabase: true)
+    func localLimits() async throws {
+        let h = try await Harness(inMemoryDatabase: true)
         defer { h.close() }
         #expect(throws: KeyValueWriteRefusal.self) { try h.engine.setKeyValue(String(repeating: "x", count: 65), json: Self.json("1")) }
         #expect(throws: KeyValueWriteRefusal.self) { try h.engine.setKeyValue("k", json: Self.json("null")) }
@@ -88,11 +88,12 @@ struct KeyValueMirrorTests {
 
     @Test("a server that answers for another account stops the mount syncing and reports accountChange, keeping everything")
     func anotherAccountStopsSyncing() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try h.engine.setKeyValue("mine", json: Self.json("1"))
         let ino = try h.writeNewFile("kept.txt", Array("kept".utf8))
-        h.remote.identity = String(repeating: "ab", count: 32)
+        let device = try #require(h.remote.base as? ServiceRemote)
+        device.account = try await #require(h.remote.inMemory).otherAccount()
         let (notices, stop) = h.engine.keyValueNotices.subscribe()
         defer { stop() }
         try await h.running([.changeFeed, .outbox, .keyValues]) {
@@ -100,7 +101,8 @@ struct KeyValueMirrorTests {
             for await notice in notices where notice.reason == .accountChange { break }
             #expect(h.observer.events.contains { $0.kind == .accountChange })
         }
-        #expect(h.remote.storedKeyValues().isEmpty && h.remote.tree().isEmpty, "nothing was sent")
+        #expect(try await h.remote.storedKeyValues().isEmpty, "nothing was sent")
+        #expect(try await h.remote.tree().isEmpty, "nothing was sent")
         #expect(try await h.read(ino) == Array("kept".utf8))
         #expect(try h.engine.keyValue("mine") == Self.json("1"))
     }

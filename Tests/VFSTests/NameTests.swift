@@ -40,16 +40,16 @@ struct NameTests {
     }
 
     /// A mount with one folder and one file, so that renames have something to move.
-    func setUp() throws -> (Harness, folder: Int64, file: Int64) {
-        let h = try Harness()
+    func setUp() async throws -> (Harness, folder: Int64, file: Int64) {
+        let h = try await Harness()
         let folder = try h.mkdir("folder")
         let file = try h.writeNewFile("file.txt", Array("content".utf8))
         return (h, folder, file)
     }
 
     @Test("create with an invalid name fails and changes nothing", arguments: BadName.all)
-    func createRefused(_ bad: BadName) throws {
-        let (h, folder, _) = try setUp()
+    func createRefused(_ bad: BadName) async throws {
+        let (h, folder, _) = try await setUp()
         defer { h.close() }
         let before = try snapshot(h, folder: folder)
         let code = errnoOf { try h.fs.createFile(parent: folder, name: bad.bytes, mode: 0o644, flags: O_CREAT | O_WRONLY, uid: 0, gid: 0) }
@@ -58,8 +58,8 @@ struct NameTests {
     }
 
     @Test("mkdir with an invalid name fails and changes nothing", arguments: BadName.all)
-    func mkdirRefused(_ bad: BadName) throws {
-        let (h, folder, _) = try setUp()
+    func mkdirRefused(_ bad: BadName) async throws {
+        let (h, folder, _) = try await setUp()
         defer { h.close() }
         let before = try snapshot(h, folder: folder)
         let code = errnoOf { try h.fs.makeDirectory(parent: rootIno, name: bad.bytes, mode: 0o755, uid: 0, gid: 0) }
@@ -68,8 +68,8 @@ struct NameTests {
     }
 
     @Test("rename to an invalid name fails and changes nothing", arguments: BadName.all)
-    func renameToRefused(_ bad: BadName) throws {
-        let (h, folder, _) = try setUp()
+    func renameToRefused(_ bad: BadName) async throws {
+        let (h, folder, _) = try await setUp()
         defer { h.close() }
         let before = try snapshot(h, folder: folder)
         for (parent, name) in [(rootIno, "file.txt"), (rootIno, "folder")] {
@@ -84,8 +84,8 @@ struct NameTests {
     }
 
     @Test("rename from an invalid name fails and changes nothing", arguments: BadName.all)
-    func renameFromRefused(_ bad: BadName) throws {
-        let (h, folder, _) = try setUp()
+    func renameFromRefused(_ bad: BadName) async throws {
+        let (h, folder, _) = try await setUp()
         defer { h.close() }
         let before = try snapshot(h, folder: folder)
         let code = errnoOf {
@@ -96,16 +96,16 @@ struct NameTests {
     }
 
     @Test("lookup of an invalid name finds nothing", arguments: BadName.all)
-    func lookupInvalid(_ bad: BadName) throws {
-        let (h, _, _) = try setUp()
+    func lookupInvalid(_ bad: BadName) async throws {
+        let (h, _, _) = try await setUp()
         defer { h.close() }
         // The kernel itself refuses "", "." and ".." and names with "/"; whatever reaches us is simply absent.
         #expect(try h.fs.lookup(parent: rootIno, name: bad.bytes) == nil)
     }
 
     @Test("names of exactly 255 bytes are accepted, ASCII and multi-byte")
-    func longestNames() throws {
-        let h = try Harness()
+    func longestNames() async throws {
+        let h = try await Harness()
         defer { h.close() }
         let ascii = String(repeating: "a", count: 255)
         let multiByte = String(repeating: "é", count: 127) + "b"  // 254 + 1 bytes

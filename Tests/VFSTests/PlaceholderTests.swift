@@ -11,11 +11,11 @@ import VFS
 struct PlaceholderTests {
     @Test("a remote file appears as a placeholder; metadata never downloads; open + read do")
     func remoteFileIsPlaceholder() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let content = pattern(200_000, seed: 9)
         try await h.running {
-            let remote = try h.remote.otherDevice.createFile("remote.bin", content: content, mode: 0o640, xattrs: ["user.xdg.tags": Data("blue".utf8)])
+            let remote = try await h.remote.otherDevice.createFile("remote.bin", content: content, mode: 0o640, xattrs: ["user.xdg.tags": Data("blue".utf8)])
             let ino = try await h.appeared("/remote.bin")
 
             let attributes = try h.fs.attributes(ino)
@@ -58,11 +58,11 @@ struct PlaceholderTests {
 
     @Test("a download whose bytes do not match the digest never becomes current; a good retry does")
     func corruptDownloadIsRefused() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let content = pattern(300_000, seed: 4)
         try await h.running {
-            _ = try h.remote.otherDevice.createFile("checked.bin", content: content)
+            _ = try await h.remote.otherDevice.createFile("checked.bin", content: content)
             let ino = try await h.appeared("/checked.bin")
             h.remote.corruptDownloads = true
             // The bytes reach the reader before the check (as they stream), but the file is
@@ -83,7 +83,7 @@ struct PlaceholderTests {
 
     @Test("connected, a placeholder opened for reading is answered at once; a read ahead of its download, when its bytes land")
     func openWhileDownloadingConnected() async throws {
-        let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        let h = try await Harness(remote: try await FaultInjectingRemote.inMemory(chunkSize: 16 * 1024))
         defer { h.close() }
         let content = Self.bigContent
         try await h.running {
@@ -122,7 +122,7 @@ struct PlaceholderTests {
 
     @Test("not connected, a placeholder opened for reading is answered when its first bytes land; when they cannot, its handle is dropped")
     func openWhileDownloadingDisconnected() async throws {
-        let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        let h = try await Harness(remote: try await FaultInjectingRemote.inMemory(chunkSize: 16 * 1024))
         defer { h.close() }
         let content = Self.bigContent
         try await h.running {
@@ -158,7 +158,7 @@ struct PlaceholderTests {
 
     @Test("a download the daemon cancels as it stops records no error, and what it fetched is dropped at the next start")
     func downloadCutByAStopLeavesNoErrorAndNoBytes() async throws {
-        let first = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        let first = try await Harness(remote: try await FaultInjectingRemote.inMemory(chunkSize: 16 * 1024))
         defer { first.close() }
         let (ino, gate) = try await first.running {
             let (ino, _) = try await Self.twoPlaceholders(first)
@@ -175,7 +175,7 @@ struct PlaceholderTests {
         #expect(try first.downloadingStatus(ino) == "notDownloaded")
         #expect(first.engine.cache.exists(ino), "kept while this run may have readers")
 
-        let second = try first.restarted()
+        let second = try await first.restarted()
         second.engine.dropLeftoverContent()
         #expect(!second.engine.cache.exists(ino), "the next start drops what no one can see")
         #expect(try await second.read(ino) == Self.bigContent)
@@ -191,8 +191,8 @@ struct PlaceholderTests {
 
     /// Another device makes big.bin (`bigContent`) and other.bin; both appear here as placeholders.
     static func twoPlaceholders(_ h: Harness) async throws -> (big: Int64, other: Int64) {
-        try h.remote.otherDevice.createFile("big.bin", content: bigContent)
-        try h.remote.otherDevice.createFile("other.bin", content: pattern(9_000, seed: 7))
+        try await h.remote.otherDevice.createFile("big.bin", content: bigContent)
+        try await h.remote.otherDevice.createFile("other.bin", content: pattern(9_000, seed: 7))
         return (try await h.appeared("/big.bin"), try await h.appeared("/other.bin"))
     }
 
@@ -209,11 +209,11 @@ struct PlaceholderTests {
 
     @Test("a read returns once its own bytes are here, while the rest still downloads")
     func readsStream() async throws {
-        let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        let h = try await Harness(remote: try await FaultInjectingRemote.inMemory(chunkSize: 16 * 1024))
         defer { h.close() }
         let content = pattern(1_000_000, seed: 4)
         try await h.running {
-            try h.remote.otherDevice.createFile("big.bin", content: content)
+            try await h.remote.otherDevice.createFile("big.bin", content: content)
             let ino = try await h.appeared("/big.bin")
             let gate = h.remote.holdDownloads(afterBytes: 128 * 1024)
             let opened = try await within(.seconds(10), "open of a placeholder whose first bytes are here") {
@@ -238,17 +238,17 @@ struct PlaceholderTests {
 
     @Test("a remote content change makes a clean cached copy stale; the next open reads the new content")
     func remoteChangeMakesStale() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let v1 = pattern(10_000, seed: 1)
         let v2 = pattern(25_000, seed: 2)
         try await h.running {
-            let remote = try h.remote.otherDevice.createFile("notes.txt", content: v1)
+            let remote = try await h.remote.otherDevice.createFile("notes.txt", content: v1)
             let ino = try await h.appeared("/notes.txt")
             #expect(sha(try await h.read(ino)) == sha(v1))
             try await eventually("v1 to be current") { try h.downloadingStatus(ino) == "current" }
 
-            let updated = try h.remote.otherDevice.updateContent(remote.id, to: v2)
+            let updated = try await h.remote.otherDevice.updateContent(remote.id, to: v2)
             try await eventually("the change to make the copy stale") { try h.downloadingStatus(ino) == "downloaded" }
             #expect(try h.fs.attributes(ino).size == Int64(v2.count), "the placeholder shows the new size at once")
             #expect(try h.xattr(ino, "user.ubiq.revision") == updated.revision.rawValue)
@@ -264,16 +264,16 @@ struct PlaceholderTests {
         "a stale file that is being refreshed: a read past the first bytes waits for the new bytes"
     )
     func staleRefreshReadWaits() async throws {
-        let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        let h = try await Harness(remote: try await FaultInjectingRemote.inMemory(chunkSize: 16 * 1024))
         defer { h.close() }
         let v1 = pattern(300_000, seed: 1)
         let v2 = pattern(300_000, seed: 2)
         try await h.running {
-            let remote = try h.remote.otherDevice.createFile("big.txt", content: v1)
+            let remote = try await h.remote.otherDevice.createFile("big.txt", content: v1)
             let ino = try await h.appeared("/big.txt")
             #expect(sha(try await h.read(ino)) == sha(v1))
             try await eventually("v1 to be current") { try h.downloadingStatus(ino) == "current" }
-            try h.remote.otherDevice.updateContent(remote.id, to: v2)
+            try await h.remote.otherDevice.updateContent(remote.id, to: v2)
             try await eventually("the copy to be stale") { try h.downloadingStatus(ino) == "downloaded" }
 
             let gate = h.remote.holdDownloads(afterBytes: 64 * 1024)
@@ -295,15 +295,15 @@ struct PlaceholderTests {
 
     @Test("a remote change that arrives while the file is open for writing applies when the writer closes without writing")
     func remoteChangeWhileOpenForWriting() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
-            let remote = try h.remote.otherDevice.createFile("f.txt", content: Array("one".utf8))
+            let remote = try await h.remote.otherDevice.createFile("f.txt", content: Array("one".utf8))
             let ino = try await h.appeared("/f.txt")
             #expect(try await h.read(ino) == Array("one".utf8))
             let writer = try await h.fs.open(ino, flags: O_RDWR)
-            let updated = try h.remote.otherDevice.updateContent(remote.id, to: Array("two two".utf8))
-            try await eventually("the feed to pass the change") { try h.caughtUp() }
+            let updated = try await h.remote.otherDevice.updateContent(remote.id, to: Array("two two".utf8))
+            try await eventually("the feed to pass the change") { try await h.caughtUp() }
             #expect(try h.xattr(ino, "user.ubiq.revision") != updated.revision.rawValue, "held back while open for writing")
             h.fs.release(writer.handle)
             #expect(try h.xattr(ino, "user.ubiq.revision") == updated.revision.rawValue, "applied at the close")
@@ -315,18 +315,18 @@ struct PlaceholderTests {
 
     @Test("a remote change held back for a writer is not forgotten when the daemon dies with the file open")
     func remoteChangeHeldForAWriterSurvivesACrash() async throws {
-        let first = try Harness()
+        let first = try await Harness()
         defer { first.close() }
         let (ino, updated) = try await first.running {
-            let remote = try first.remote.otherDevice.createFile("f.txt", content: Array("one".utf8))
+            let remote = try await first.remote.otherDevice.createFile("f.txt", content: Array("one".utf8))
             let ino = try await first.appeared("/f.txt")
             _ = try await first.fs.open(ino, flags: O_RDWR)  // never closed: the daemon dies
-            let updated = try first.remote.otherDevice.updateContent(remote.id, to: Array("two two".utf8))
-            try await eventually("the feed to pass the change") { try first.caughtUp() }
+            let updated = try await first.remote.otherDevice.updateContent(remote.id, to: Array("two two".utf8))
+            try await eventually("the feed to pass the change") { try await first.caughtUp() }
             #expect(try first.xattr(ino, "user.ubiq.revision") != updated.revision.rawValue, "held back while open for writing")
             return (ino, updated)
         }
-        let h = try first.restarted()
+        let h = try await first.restarted()
         try await h.running([.outbox]) {
             // The feed has passed the change: only what was kept can bring it.
             try await eventually("the change to apply at the start") { try h.xattr(ino, "user.ubiq.revision") == updated.revision.rawValue }
@@ -336,19 +336,19 @@ struct PlaceholderTests {
 
     @Test("a reader of a stale copy keeps its version; an open made meanwhile reads the new one, bypassing the page cache")
     func staleCopyKeptByItsReader() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let v1 = pattern(40_000, seed: 1)
         let v2 = pattern(15_000, seed: 2)
         try await h.running {
-            let remote = try h.remote.otherDevice.createFile("log.txt", content: v1)
+            let remote = try await h.remote.otherDevice.createFile("log.txt", content: v1)
             let ino = try await h.appeared("/log.txt")
             #expect(sha(try await h.read(ino)) == sha(v1))
             try await eventually("v1 to be current") { try h.downloadingStatus(ino) == "current" }
             let old = try await h.fs.open(ino, flags: O_RDONLY)
             #expect(try await h.readRange(old.handle, offset: 0, size: 4096) == Array(v1.prefix(4096)))
 
-            try h.remote.otherDevice.updateContent(remote.id, to: v2)
+            try await h.remote.otherDevice.updateContent(remote.id, to: v2)
             try await eventually("the copy to be stale") { try h.downloadingStatus(ino) == "downloaded" }
             let new = try await within(.seconds(10), "open of a stale file held open") { try await h.fs.open(ino, flags: O_RDONLY) }
             #expect(new.directIO, "the old reader fills the inode's page cache with v1")
@@ -371,17 +371,17 @@ struct PlaceholderTests {
 
     @Test("a reader following a download whose version is replaced midway fails with EIO, never reads the other version")
     func followedVersionReplaced() async throws {
-        let h = try Harness(remote: InMemoryRemoteStore(chunkSize: 16 * 1024))
+        let h = try await Harness(remote: try await FaultInjectingRemote.inMemory(chunkSize: 16 * 1024))
         defer { h.close() }
         let v1 = pattern(300_000, seed: 1)
         let v2 = pattern(300_000, seed: 2)
         try await h.running {
-            let remote = try h.remote.otherDevice.createFile("big.bin", content: v1)
+            let remote = try await h.remote.otherDevice.createFile("big.bin", content: v1)
             let ino = try await h.appeared("/big.bin")
             let gate = h.remote.holdDownloads(afterBytes: 64 * 1024)
             let opened = try await within(.seconds(10), "open of a placeholder") { try await h.fs.open(ino, flags: O_RDONLY) }
             #expect(try await h.readRange(opened.handle, offset: 0, size: 4096) == Array(v1.prefix(4096)))
-            let updated = try h.remote.otherDevice.updateContent(remote.id, to: v2)
+            let updated = try await h.remote.otherDevice.updateContent(remote.id, to: v2)
             try await eventually("the new version to arrive") { try h.xattr(ino, "user.ubiq.revision") == updated.revision.rawValue }
             gate.open()
             await #expect(throws: FSError.io) { try await h.readRange(opened.handle, offset: 200_000, size: 4096) }
@@ -392,12 +392,12 @@ struct PlaceholderTests {
 
     @Test("evicting a folder evicts the closed files below it and keeps an open one (EBUSY); a write through the open one keeps the rest of its content")
     func folderEvictionSparesOpenFiles() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
-            let folder = try h.remote.otherDevice.createFolder("d")
-            let kept = try h.remote.otherDevice.createFile("open.txt", in: folder.id, content: Array("0123456789".utf8))
-            try h.remote.otherDevice.createFile("closed.txt", in: folder.id, content: Array("closed".utf8))
+            let folder = try await h.remote.otherDevice.createFolder("d")
+            let kept = try await h.remote.otherDevice.createFile("open.txt", in: folder.id, content: Array("0123456789".utf8))
+            try await h.remote.otherDevice.createFile("closed.txt", in: folder.id, content: Array("closed".utf8))
             let dir = try await h.appeared("/d")
             let openIno = try await h.appeared("/d/open.txt")
             let closedIno = try await h.appeared("/d/closed.txt")
@@ -414,7 +414,7 @@ struct PlaceholderTests {
             _ = try h.fs.write(writer.handle, offset: 2, data: Array("ab".utf8))
             h.fs.release(writer.handle)
             #expect(try await h.read(openIno) == Array("01ab456789".utf8))
-            try await eventually("the edit on the server") { h.remote.content(of: kept.id) == Array("01ab456789".utf8) }
+            try await eventually("the edit on the server") { try await h.remote.content(of: kept.id) == Array("01ab456789".utf8) }
         }
     }
 
@@ -422,10 +422,10 @@ struct PlaceholderTests {
     /// is older than the version an open that waited for a download brought in.
     @Test("an appending write goes to the end of the file the daemon holds, whatever offset it names; written-back pages stay in place")
     func anAppendGoesToTheEndTheDaemonHolds() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
-            let file = try h.remote.otherDevice.createFile("log", content: Array("one\ntwo\n".utf8))
+            let file = try await h.remote.otherDevice.createFile("log", content: Array("one\ntwo\n".utf8))
             let ino = try await h.appeared("/log")
             let appending = try await h.fs.open(ino, flags: O_WRONLY | O_APPEND)
             #expect(try h.fs.write(appending.handle, offset: 4, data: Array("three\n".utf8)) == 6)
@@ -434,17 +434,17 @@ struct PlaceholderTests {
             #expect(try h.fs.write(appending.handle, offset: 0, data: Array("ONE".utf8), fromPages: true) == 3)
             h.fs.release(appending.handle)
             #expect(try await h.read(ino) == Array("ONE\ntwo\nthree\n".utf8))
-            try await eventually("the append on the server") { h.remote.content(of: file.id) == Array("ONE\ntwo\nthree\n".utf8) }
+            try await eventually("the append on the server") { try await h.remote.content(of: file.id) == Array("ONE\ntwo\nthree\n".utf8) }
         }
     }
 
     @Test("writing current to downloadingStatus downloads; notDownloaded evicts back to a placeholder")
     func downloadAndEvictThroughXattrs() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let content = pattern(50_000, seed: 5)
         try await h.running {
-            try h.remote.otherDevice.createFile("f.bin", content: content)
+            try await h.remote.otherDevice.createFile("f.bin", content: content)
             let ino = try await h.appeared("/f.bin")
             try h.fs.setXattr(ino, name: "user.ubiq.downloadingStatus", value: n("current"), create: false, replace: false)
             try await eventually("the download to finish") { try h.downloadingStatus(ino) == "current" }
@@ -460,18 +460,18 @@ struct PlaceholderTests {
 
     @Test("remote renames, moves and deletes show up in the mount")
     func remoteTreeChanges() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
-            let folder = try h.remote.otherDevice.createFolder("folder")
-            let file = try h.remote.otherDevice.createFile("a.txt", content: Array("a".utf8))
+            let folder = try await h.remote.otherDevice.createFolder("folder")
+            let file = try await h.remote.otherDevice.createFile("a.txt", content: Array("a".utf8))
             try await eventually("the items to appear") { try h.ino("/folder") != nil && h.ino("/a.txt") != nil }
             let ino = try h.requireIno("/a.txt")
-            try h.remote.otherDevice.move(file.id, to: "b.txt", parent: folder.id)
+            try await h.remote.otherDevice.move(file.id, to: "b.txt", parent: folder.id)
             try await eventually("the move to show") { try h.ino("/folder/b.txt") != nil }
             #expect(try h.ino("/a.txt") == nil)
             #expect(try h.requireIno("/folder/b.txt") == ino, "a moved item keeps its inode")
-            try h.remote.otherDevice.delete(folder.id, recursive: true)
+            try await h.remote.otherDevice.delete(folder.id, recursive: true)
             try await eventually("the delete to show") { try h.ino("/folder") == nil }
             #expect(try h.children().isEmpty)
             #expect(try h.local(ino) == nil)
@@ -495,18 +495,18 @@ final class Answer: Sendable {
     /// renamed after it was made (the log then lists it before its folder) and one whose name
     /// another device gave up in the same catch-up.
     @Test func aFirstSyncTellsEveryItemByItsPath() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let other = h.remote.otherDevice
-        let a = try other.createFolder("A")
-        let b = try other.createFolder("B", in: a.id)
-        try other.createFile("f.txt", in: b.id, content: [1])
-        let c = try other.createFolder("C")
-        try other.createFile("g.txt", in: c.id, content: [2])
-        try other.move(a.id, to: "A2")
-        try other.createFile("h.txt", in: a.id, content: [3])
+        let a = try await other.createFolder("A")
+        let b = try await other.createFolder("B", in: a.id)
+        try await other.createFile("f.txt", in: b.id, content: [1])
+        let c = try await other.createFolder("C")
+        try await other.createFile("g.txt", in: c.id, content: [2])
+        try await other.move(a.id, to: "A2")
+        try await other.createFile("h.txt", in: a.id, content: [3])
         try await h.running([.changeFeed]) {
-            try await eventually("the first sync") { try h.caughtUp() }
+            try await eventually("the first sync") { try await h.caughtUp() }
         }
         let told = Set(h.observer.events.filter { $0.kind == .created }.compactMap(\.path))
         #expect(told == ["/A2", "/A2/B", "/A2/B/f.txt", "/A2/h.txt", "/C", "/C/g.txt"], "\(told)")

@@ -8,8 +8,8 @@ import VFS
 @Suite("POSIX errors")
 struct PosixErrorTests {
     /// /dir (holding /dir/inner/ and /dir/f.txt), /empty/, /a.txt, /b.txt.
-    func setUp(_ setup: StoreSetup) throws -> Harness {
-        let h = try Harness(setup)
+    func setUp(_ setup: StoreSetup) async throws -> Harness {
+        let h = try await Harness(setup)
         let dir = try h.mkdir("dir")
         try h.mkdir("inner", in: dir)
         try h.writeNewFile("f.txt", in: dir, Array("f".utf8))
@@ -27,8 +27,8 @@ struct PosixErrorTests {
     }
 
     @Test("lookup of a missing name answers nil, in a missing folder ENOENT", arguments: StoreSetup.allCases)
-    func lookupMissing(_ setup: StoreSetup) throws {
-        let h = try setUp(setup)
+    func lookupMissing(_ setup: StoreSetup) async throws {
+        let h = try await setUp(setup)
         defer { h.close() }
         #expect(try h.fs.lookup(parent: rootIno, name: n("missing")) == nil)
         #expect(try h.fs.lookup(parent: try h.requireIno("/dir"), name: n("a.txt")) == nil)
@@ -38,7 +38,7 @@ struct PosixErrorTests {
 
     @Test("mkdir over an existing folder or file is EEXIST", arguments: StoreSetup.allCases)
     func mkdirExisting(_ setup: StoreSetup) async throws {
-        let h = try setUp(setup)
+        let h = try await setUp(setup)
         defer { h.close() }
         let before = try await state(h)
         #expect(errnoOf { try h.fs.makeDirectory(parent: rootIno, name: n("dir"), mode: 0o755, uid: 0, gid: 0) } == EEXIST)
@@ -52,7 +52,7 @@ struct PosixErrorTests {
     /// the name up again and retry once (do_filp_open), so the caller meets what is there now.
     @Test("a create without O_EXCL of a name that exists, and an open of an item that is gone, are ESTALE", arguments: StoreSetup.allCases)
     func staleKernelNames(_ setup: StoreSetup) async throws {
-        let h = try setUp(setup)
+        let h = try await setUp(setup)
         defer { h.close() }
         let gone = try h.requireIno("/b.txt")
         try h.fs.unlink(parent: rootIno, name: n("b.txt"))
@@ -66,7 +66,7 @@ struct PosixErrorTests {
 
     @Test("rmdir of a non-empty folder is ENOTEMPTY, of a file ENOTDIR, of nothing ENOENT", arguments: StoreSetup.allCases)
     func rmdirErrors(_ setup: StoreSetup) async throws {
-        let h = try setUp(setup)
+        let h = try await setUp(setup)
         defer { h.close() }
         let before = try await state(h)
         #expect(errnoOf { try h.fs.removeDirectory(parent: rootIno, name: n("dir")) } == ENOTEMPTY)
@@ -79,7 +79,7 @@ struct PosixErrorTests {
 
     @Test("unlink of a folder is EISDIR, of nothing ENOENT", arguments: StoreSetup.allCases)
     func unlinkErrors(_ setup: StoreSetup) async throws {
-        let h = try setUp(setup)
+        let h = try await setUp(setup)
         defer { h.close() }
         let before = try await state(h)
         #expect(errnoOf { try h.fs.unlink(parent: rootIno, name: n("empty")) } == EISDIR)
@@ -89,7 +89,7 @@ struct PosixErrorTests {
 
     @Test("rename with RENAME_NOREPLACE onto an existing name is EEXIST", arguments: StoreSetup.allCases)
     func renameNoReplace(_ setup: StoreSetup) async throws {
-        let h = try setUp(setup)
+        let h = try await setUp(setup)
         defer { h.close() }
         let before = try await state(h)
         #expect(errnoOf { try h.fs.rename(parent: rootIno, name: n("a.txt"), newParent: rootIno, newName: n("b.txt"), noReplace: true, exchange: false) } == EEXIST)
@@ -103,7 +103,7 @@ struct PosixErrorTests {
 
     @Test("rename with RENAME_EXCHANGE is EINVAL", arguments: StoreSetup.allCases)
     func renameExchange(_ setup: StoreSetup) async throws {
-        let h = try setUp(setup)
+        let h = try await setUp(setup)
         defer { h.close() }
         let before = try await state(h)
         #expect(errnoOf { try h.fs.rename(parent: rootIno, name: n("a.txt"), newParent: rootIno, newName: n("b.txt"), noReplace: false, exchange: true) } == EINVAL)
@@ -112,7 +112,7 @@ struct PosixErrorTests {
 
     @Test("a folder cannot move into itself or below itself: EINVAL", arguments: StoreSetup.allCases)
     func renameIntoOwnChild(_ setup: StoreSetup) async throws {
-        let h = try setUp(setup)
+        let h = try await setUp(setup)
         defer { h.close() }
         let dir = try h.requireIno("/dir")
         let inner = try h.requireIno("/dir/inner")
@@ -124,7 +124,7 @@ struct PosixErrorTests {
 
     @Test("rename onto an item of the other kind, or onto a non-empty folder, is refused", arguments: StoreSetup.allCases)
     func renameKindMismatch(_ setup: StoreSetup) async throws {
-        let h = try setUp(setup)
+        let h = try await setUp(setup)
         defer { h.close() }
         let before = try await state(h)
         #expect(errnoOf { try h.fs.rename(parent: rootIno, name: n("a.txt"), newParent: rootIno, newName: n("empty"), noReplace: false, exchange: false) } == EISDIR)
@@ -135,8 +135,8 @@ struct PosixErrorTests {
     }
 
     @Test("hard and symbolic links are not permitted (EPERM), readlink is EINVAL, a whiteout rename EINVAL", arguments: StoreSetup.allCases)
-    func link(_ setup: StoreSetup) throws {
-        let h = try setUp(setup)
+    func link(_ setup: StoreSetup) async throws {
+        let h = try await setUp(setup)
         defer { h.close() }
         let file = try h.writeNewFile("f", [1])
         #expect(errnoOf { try h.fs.link(file, newParent: rootIno, newName: n("g")) } == EPERM)
@@ -148,7 +148,7 @@ struct PosixErrorTests {
 
     @Test("open of a folder is EISDIR, opendir of a file ENOTDIR", arguments: StoreSetup.allCases)
     func openWrongKind(_ setup: StoreSetup) async throws {
-        let h = try setUp(setup)
+        let h = try await setUp(setup)
         defer { h.close() }
         let dir = try h.requireIno("/dir")
         let file = try h.requireIno("/a.txt")

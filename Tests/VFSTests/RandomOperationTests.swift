@@ -34,7 +34,7 @@ struct RandomOperationTests {
         var files: [String] { nodes.filter { $0.value != .folder }.map(\.key).sorted() }
         var all: [String] { nodes.keys.sorted() }
 
-        var tree: [String: InMemoryRemoteStore.TreeEntry] {
+        var tree: [String: ServerView.TreeEntry] {
             nodes.mapValues { node in
                 switch node {
                 case .folder: .init(kind: .folder, digest: nil)
@@ -44,7 +44,7 @@ struct RandomOperationTests {
         }
 
         /// Names and kinds only.
-        var shape: [String: InMemoryRemoteStore.TreeEntry] { tree.mapValues { .init(kind: $0.kind, digest: nil) } }
+        var shape: [String: ServerView.TreeEntry] { tree.mapValues { .init(kind: $0.kind, digest: nil) } }
 
         func depth(_ path: String) -> Int { path.split(separator: "/").count }
     }
@@ -194,7 +194,7 @@ struct RandomOperationTests {
         return (model, log)
     }
 
-    func diff(_ a: [String: InMemoryRemoteStore.TreeEntry], _ b: [String: InMemoryRemoteStore.TreeEntry]) -> String {
+    func diff(_ a: [String: ServerView.TreeEntry], _ b: [String: ServerView.TreeEntry]) -> String {
         Set(a.keys).union(b.keys).sorted().compactMap { key in
             a[key] == b[key] ? nil : "  \(key): \(a[key]?.description ?? "absent") vs \(b[key]?.description ?? "absent")"
         }.joined(separator: "\n")
@@ -218,7 +218,7 @@ struct RandomOperationTests {
             try await eventually(timeout: .seconds(180), "the outbox to drain and the server to match the mount") {
                 longestPause = max(longestPause, clock.now - lastLook)
                 lastLook = clock.now
-                let now = (try h.outbox().count, try h.appliedCursor(), h.remote.latestCursor.rawValue)
+                let now = (try h.outbox().count, try h.appliedCursor(), try await h.remote.latestCursor().rawValue)
                 if progress.map({ $0 != now }) ?? true {
                     progress = now
                     lastProgress = clock.now
@@ -226,7 +226,7 @@ struct RandomOperationTests {
                 guard clock.now - lastProgress < .seconds(30) else {
                     throw TestSupportError("no progress for 30 s")
                 }
-                guard now.0 == 0, try h.caughtUp() else { return false }
+                guard now.0 == 0, try await h.caughtUp() else { return false }
                 return try await h.localTree() == h.remote.tree()
             }
         } catch {
@@ -236,18 +236,18 @@ struct RandomOperationTests {
             Issue.record("""
                 \(log.joined(separator: "\n"))
                 engine events: \(h.observer.events.suffix(30).map { "\($0.kind) \($0.path ?? "") \($0.detail ?? "")" })
-                seed \(seed): no convergence (\(error), \(clock.now - start) after the start); caught up: \(try h.caughtUp()) (applied \(try h.appliedCursor() ?? "none"), \
-                server at \(h.remote.latestCursor.rawValue)); outbox \(try h.outbox().map { "\($0.op)#\($0.ino) tries \($0.attempts) \($0.lastError ?? "")" });
+                seed \(seed): no convergence (\(error), \(clock.now - start) after the start); caught up: \(try await h.caughtUp()) (applied \(try h.appliedCursor() ?? "none"), \
+                server at \(try await h.remote.latestCursor().rawValue)); outbox \(try h.outbox().map { "\($0.op)#\($0.ino) tries \($0.attempts) \($0.lastError ?? "")" });
                 connected: \(status.connected) \(status.lastError ?? ""); calls not yet answered: [\(h.remote.callsInFlight)] at [\(h.remote.unansweredStages)]; \
                 overdue pauses of the link: [\(h.remote.overduePauses)]; \
                 the check's longest pause between looks: \(longestPause);
                 mount vs server:
-                \(diff(local, h.remote.tree()))
+                \(diff(local, try await h.remote.tree()))
                 """)
             // Slow or stuck: a minute more tells them apart (the finding above stands either way).
             let late = clock.now
             let converged = (try? await eventually(timeout: .seconds(60), "a late convergence") {
-                try h.outbox().isEmpty && h.caughtUp()
+                try await h.caughtUp() && h.outbox().isEmpty
             }) != nil
             Issue.record(converged
                 ? "seed \(seed): it did converge \(clock.now - late) after the deadline: slow, not stuck"
@@ -257,7 +257,7 @@ struct RandomOperationTests {
         let local = try await h.localTree()
         #expect(!h.observer.events.contains { $0.detail == SyncEngine.loopOfWaits }, "seed \(seed): the outbox cut off a loop of waits")
         #expect(local == model.tree, "seed \(seed): mount vs model after syncing:\n\(diff(local, model.tree))")
-        #expect(h.remote.tree() == model.tree, "seed \(seed): server vs model:\n\(diff(h.remote.tree(), model.tree))")
+        #expect(try await h.remote.tree() == model.tree, "seed \(seed): server vs model:\n\(diff(try await h.remote.tree(), model.tree))")
     }
 
     /// Calls, answers and pushes each held back a random few milliseconds: answers overtake
@@ -269,7 +269,7 @@ struct RandomOperationTests {
         arguments: [5, 11, UInt64.random(in: 1...UInt64.max)] as [UInt64]
     )
     func whileSyncingOnAJitteryLink(seed: UInt64) async throws {
-        let h = try Harness(inMemoryDatabase: true)
+        let h = try await Harness(inMemoryDatabase: true)
         defer { h.close() }
         h.remote.jitter = .milliseconds(5)
         try await h.running {
@@ -283,7 +283,7 @@ struct RandomOperationTests {
 
     @Test("operations made offline, then synced: the server ends equal to the mount and the model", arguments: seeds)
     func offlineThenSync(seed: UInt64) async throws {
-        let h = try Harness(inMemoryDatabase: true)
+        let h = try await Harness(inMemoryDatabase: true)
         defer { h.close() }
         let (model, log) = try await run(seed: seed, count: 150, on: h)
         try await h.running { try await checkConverges(seed: seed, model: model, log: log, h) }
@@ -294,7 +294,7 @@ struct RandomOperationTests {
         arguments: seeds
     )
     func whileSyncing(seed: UInt64) async throws {
-        let h = try Harness(inMemoryDatabase: true)
+        let h = try await Harness(inMemoryDatabase: true)
         defer { h.close() }
         try await h.running {
             let (model, log) = try await run(seed: seed, count: 150, on: h)

@@ -11,18 +11,18 @@ import VFS
 struct RecoveryTests {
     @Test("a closed file's queued upload survives a daemon restart")
     func uploadSurvivesRestart() async throws {
-        let first = try Harness()
+        let first = try await Harness()
         defer { first.close() }
         let content = pattern(40_000, seed: 6)
         first.remote.isOnline = false
         try first.writeNewFile("kept.bin", content)
         try first.mkdir("folder")
         // Nothing reached the server; the daemon goes away without any shutdown.
-        let second = try first.restarted()
+        let second = try await first.restarted()
         second.remote.isOnline = true
         try await second.running {
             try await eventually("the queued changes to be sent by the new daemon") { try second.outbox().isEmpty }
-            #expect(second.remote.tree() == [
+            #expect(try await second.remote.tree() == [
                 "/kept.bin": .init(kind: .file, digest: sha(content)),
                 "/folder": .init(kind: .folder, digest: nil),
             ])
@@ -32,22 +32,22 @@ struct RecoveryTests {
 
     @Test("a file its writer closed is uploaded after a crash that came before the release")
     func closedBeforeReleaseSurvivesCrash() async throws {
-        let first = try Harness()
+        let first = try await Harness()
         defer { first.close() }
         let content = pattern(9_000, seed: 8)
         let opened = try first.fs.createFile(parent: rootIno, name: n("closed.bin"), mode: 0o644, flags: O_CREAT | O_WRONLY, uid: 0, gid: 0)
         _ = try first.fs.write(opened.handle, offset: 0, data: content)
         // close(2) returned (flush), and the daemon died before the kernel's release came.
         try first.fs.flush(opened.handle)
-        let second = try first.restarted()
+        let second = try await first.restarted()
         try await second.running {
-            try await eventually("the closed file to be uploaded by the new daemon") { second.remote.content(atPath: "/closed.bin") == content }
+            try await eventually("the closed file to be uploaded by the new daemon") { try await second.remote.content(atPath: "/closed.bin") == content }
         }
     }
 
     @Test("a file written on after a close that queued its upload is kept, not uploaded, after a crash")
     func writesAfterTheSavePointAreHeldAfterCrash() async throws {
-        let first = try Harness()
+        let first = try await Harness()
         defer { first.close() }
         let opened = try first.fs.createFile(parent: rootIno, name: n("log.txt"), mode: 0o644, flags: O_CREAT | O_WRONLY, uid: 0, gid: 0)
         _ = try first.fs.write(opened.handle, offset: 0, data: Array("first line\n".utf8))
@@ -55,10 +55,10 @@ struct RecoveryTests {
         _ = try first.fs.write(opened.handle, offset: 11, data: Array("half a".utf8))
         let ino = opened.attributes.ino
         try first.writeNewFile("after.txt", Array("after".utf8))
-        let second = try first.restarted()
+        let second = try await first.restarted()
         try await second.running([.outbox]) {
-            try await eventually("the file queued after it to be uploaded") { second.remote.content(atPath: "/after.txt") != nil }
-            #expect(second.remote.content(atPath: "/log.txt") == nil)
+            try await eventually("the file queued after it to be uploaded") { try await second.remote.content(atPath: "/after.txt") != nil }
+            #expect(try await second.remote.content(atPath: "/log.txt") == nil)
             #expect(try second.xattr(ino, "user.ubiq.uploadingError")?.hasPrefix("the mount stopped while this file was open for writing") == true)
             #expect(try second.local(ino)?.size == 17, "the row shows what the file holds")
             #expect(try await second.read(ino) == Array("first line\nhalf a".utf8), "nothing is lost")
@@ -68,7 +68,7 @@ struct RecoveryTests {
     @Test("a file whose create landed with its answer lost, then renamed and written here, stays one item (no conflicted copy of itself)",
           arguments: [5_000, 300_000])  // in a batch, and alone
     func lostCreateAnswerThenChanged(size: Int) async throws {
-        let first = try Harness()
+        let first = try await Harness()
         defer { first.close() }
         first.remote.loseAnswer(.createItem)
         first.remote.loseAnswer(.createItems)
@@ -76,23 +76,23 @@ struct RecoveryTests {
         // A small file's neighbour makes it go up in a batch.
         try first.writeNewFile("other.txt", Array("other".utf8))
         try await first.running([.outbox]) {
-            try await eventually("the creates to land on the server") { first.remote.tree().count == 2 }
+            try await eventually("the creates to land on the server") { try await first.remote.tree().count == 2 }
         }
         #expect(first.remote.calls(.createItems) == (size > SyncProtocol.maxInlineContent ? 0 : 1), "small: one batch; large: alone")
         // The daemon stopped before the retry (a crash). Then renamed and written, so the
         // retry is not the same create.
-        let h = try first.restarted()
+        let h = try await first.restarted()
         try h.fs.rename(parent: rootIno, name: n("first.bin"), newParent: rootIno, newName: n("second.bin"), noReplace: false, exchange: false)
         try await h.overwrite(ino, pattern(size + 10, seed: 2))
         // The outbox alone: the feed bringing the item first would settle it another way.
         try await h.running([.outbox]) {
             try await eventually("the changes to reach the server") { try h.outbox().isEmpty }
-            #expect(h.remote.tree() == [
+            #expect(try await h.remote.tree() == [
                 "/second.bin": .init(kind: .file, digest: sha(pattern(size + 10, seed: 2))),
                 "/other.txt": .init(kind: .file, digest: sha(Array("other".utf8))),
             ])
             #expect(try h.children().sorted() == ["other.txt", "second.bin"])
-            #expect(try h.local(ino)?.itemID == h.remote.item(atPath: "/second.bin")?.id, "the server's item is this file")
+            #expect(try await h.local(ino)?.itemID == h.remote.item(atPath: "/second.bin")?.id, "the server's item is this file")
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
         }
     }
@@ -104,15 +104,15 @@ struct RecoveryTests {
     static func afterALostCreate(
         size: Int, meanwhile: (Harness, Int64, ItemID) async throws -> Void, check: (Harness, Int64, ItemID) async throws -> Void
     ) async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         h.remote.loseAnswer(.createItem, times: 1_000)
         h.remote.loseAnswer(.createItems, times: 1_000)
         let ino = try h.writeNewFile("mine.bin", pattern(size, seed: 1))
         try h.writeNewFile("other.txt", Array("other".utf8))
         try await h.running([.outbox]) {
-            try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
-            let id = try #require(h.remote.item(atPath: "/mine.bin")).id
+            try await eventually("the creates to land on the server") { try await h.remote.tree().count == 2 }
+            let id = try #require(try await h.remote.item(atPath: "/mine.bin")).id
             try await meanwhile(h, ino, id)
             h.remote.stopLosingAnswers()
             try await eventually("the retries to settle") { try h.outbox().isEmpty }
@@ -126,10 +126,10 @@ struct RecoveryTests {
         // Every answer is lost until another device has renamed the item: the retries made
         // before that (the same create, answered with the item) leave it queued too.
         try await Self.afterALostCreate(size: size) { h, _, id async throws in
-            _ = try h.remote.otherDevice.move(id, to: "theirs.bin")
+            _ = try await h.remote.otherDevice.move(id, to: "theirs.bin")
         } check: { h, ino, id async throws in
-            #expect(h.remote.item(atPath: "/theirs.bin")?.id == id, "the other device's name stays")
-            #expect(h.remote.item(atPath: "/mine.bin") == nil)
+            #expect(try await h.remote.item(atPath: "/theirs.bin")?.id == id, "the other device's name stays")
+            #expect(try await h.remote.item(atPath: "/mine.bin") == nil)
             #expect(try h.local(ino)?.name == "theirs.bin", "and shows here")
             #expect(try h.local(ino)?.itemID == id)
         }
@@ -144,8 +144,8 @@ struct RecoveryTests {
             try h.fs.setXattr(ino, name: "user.t.k1", value: Array("v1".utf8), create: false, replace: false)
             _ = try await h.fs.setAttributes(ino, .init(mode: 0o600), handle: nil)
         } check: { h, ino, id async throws in
-            #expect(h.remote.liveItem(id)?.xattrs["user.t.k1"] == Data("v1".utf8))
-            #expect(h.remote.liveItem(id)?.mode == 0o600)
+            #expect(try await h.remote.liveItem(id)?.xattrs["user.t.k1"] == Data("v1".utf8))
+            #expect(try await h.remote.liveItem(id)?.mode == 0o600)
             #expect(try h.local(ino)?.itemID == id)
         }
     }
@@ -155,10 +155,10 @@ struct RecoveryTests {
     func lostCreateAnswerThenEditedElsewhere(size: Int) async throws {
         let theirs = pattern(size + 7, seed: 3)
         try await Self.afterALostCreate(size: size) { h, _, id async throws in
-            _ = try h.remote.otherDevice.updateContent(id, to: theirs)
+            _ = try await h.remote.otherDevice.updateContent(id, to: theirs)
         } check: { h, ino, id async throws in
-            #expect(h.remote.content(of: id) == theirs, "the other device's edit stands")
-            #expect(h.remote.liveItem(id)?.conflicts.isEmpty == true, "no conflict with this device's own create")
+            #expect(try await h.remote.content(of: id) == theirs, "the other device's edit stands")
+            #expect(try await h.remote.liveItem(id)?.conflicts.isEmpty == true, "no conflict with this device's own create")
             #expect(try h.local(ino)?.itemID == id)
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
             #expect(try await h.read(ino) == theirs)
@@ -167,7 +167,7 @@ struct RecoveryTests {
 
     @Test("a folder whose lost create another device then renamed keeps that name, and a rename here after the create still goes up")
     func lostFolderCreateAnswerThenRenamedElsewhere() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         // Lost as a 502 after the commit, not as a dropped connection: an unreachable server
         // ends the outbox's pass, and whether the second create then went before the first
@@ -176,17 +176,17 @@ struct RecoveryTests {
         let kept = try h.mkdir("kept")
         let moved = try h.mkdir("moved")
         try await h.running([.outbox]) {
-            try await eventually("the creates to land on the server") { h.remote.tree().count == 2 }
+            try await eventually("the creates to land on the server") { try await h.remote.tree().count == 2 }
             // No retry may come between the other device's moves and the rename here.
             let retries = h.remote.hold(.createItem)
-            _ = try h.remote.otherDevice.move(try #require(h.remote.item(atPath: "/kept")).id, to: "kept by them")
-            _ = try h.remote.otherDevice.move(try #require(h.remote.item(atPath: "/moved")).id, to: "moved by them")
+            _ = try await h.remote.otherDevice.move(try #require(try await h.remote.item(atPath: "/kept")).id, to: "kept by them")
+            _ = try await h.remote.otherDevice.move(try #require(try await h.remote.item(atPath: "/moved")).id, to: "moved by them")
             // Renamed here after its create went: this device's later rename goes up.
             try h.fs.rename(parent: rootIno, name: n("moved"), newParent: rootIno, newName: n("moved here"), noReplace: false, exchange: false)
             h.remote.stopLosingAnswers()
             retries.open()
             try await eventually("the retries to settle") { try h.outbox().isEmpty }
-            #expect(h.remote.tree() == [
+            #expect(try await h.remote.tree() == [
                 "/kept by them": .init(kind: .folder, digest: nil),
                 "/moved here": .init(kind: .folder, digest: nil),
             ])
@@ -199,24 +199,24 @@ struct RecoveryTests {
 
     @Test("a file whose lost create another device then changed is not overwritten by this device's later edit: that edit becomes a conflict version")
     func lostCreateAnswerThenChangedElsewhere() async throws {
-        let first = try Harness()
+        let first = try await Harness()
         defer { first.close() }
         first.remote.loseAnswer(.createItem)
         let ino = try first.writeNewFile("shared.bin", pattern(300_000, seed: 1))
         try await first.running([.outbox]) {
-            try await eventually("the create to land on the server") { first.remote.item(atPath: "/shared.bin") != nil }
+            try await eventually("the create to land on the server") { try await first.remote.item(atPath: "/shared.bin") != nil }
         }
         let theirs = pattern(1_000, seed: 9)
-        _ = try first.remote.otherDevice.updateContent(try #require(first.remote.item(atPath: "/shared.bin")).id, to: theirs)
-        let h = try first.restarted()
+        _ = try await first.remote.otherDevice.updateContent(try #require(try await first.remote.item(atPath: "/shared.bin")).id, to: theirs)
+        let h = try await first.restarted()
         let mine = pattern(300_010, seed: 2)
         try await h.overwrite(ino, mine)
         try await h.running([.outbox]) {
             try await eventually("the edit to settle as a conflict version") { try h.outbox().isEmpty }
-            let id = try #require(h.remote.item(atPath: "/shared.bin")).id
-            #expect(h.remote.content(atPath: "/shared.bin") == theirs, "the other device's version stays")
-            #expect(h.remote.liveItem(id)?.conflicts.map(\.digest) == [ContentDigest.of(mine)], "this device's edit is kept as a conflict version")
-            #expect(h.remote.tree().count == 1)
+            let id = try #require(try await h.remote.item(atPath: "/shared.bin")).id
+            #expect(try await h.remote.content(atPath: "/shared.bin") == theirs, "the other device's version stays")
+            #expect(try await h.remote.liveItem(id)?.conflicts.map(\.digest) == [ContentDigest.of(mine)], "this device's edit is kept as a conflict version")
+            #expect(try await h.remote.tree().count == 1)
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
             #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "1")
             #expect(try await h.read(ino) == theirs, "the file shows the server's version")
@@ -225,19 +225,19 @@ struct RecoveryTests {
 
     @Test("a folder whose create landed with its answer lost, then renamed here, stays one folder")
     func lostFolderCreateAnswerThenRenamed() async throws {
-        let first = try Harness()
+        let first = try await Harness()
         defer { first.close() }
         first.remote.loseAnswer(.createItem)
         let folder = try first.mkdir("made")
         try await first.running([.outbox]) {
-            try await eventually("the create to land on the server") { first.remote.item(atPath: "/made") != nil }
+            try await eventually("the create to land on the server") { try await first.remote.item(atPath: "/made") != nil }
         }
-        let h = try first.restarted()
+        let h = try await first.restarted()
         try h.fs.rename(parent: rootIno, name: n("made"), newParent: rootIno, newName: n("renamed"), noReplace: false, exchange: false)
         try h.writeNewFile("inside.txt", in: folder, Array("inside".utf8))
         try await h.running([.outbox]) {
             try await eventually("the changes to reach the server") { try h.outbox().isEmpty }
-            #expect(h.remote.tree() == [
+            #expect(try await h.remote.tree() == [
                 "/renamed": .init(kind: .folder, digest: nil),
                 "/renamed/inside.txt": .init(kind: .file, digest: sha(Array("inside".utf8))),
             ])
@@ -247,49 +247,49 @@ struct RecoveryTests {
 
     @Test("a crash right after an open with O_TRUNC does not upload the emptied file in place of the closed version")
     func crashAfterTruncatingOpen() async throws {
-        let first = try Harness()
+        let first = try await Harness()
         defer { first.close() }
         // `cat v1 > f` (its upload queued), then `exec 3>f`, and the daemon dies.
         let ino = try first.writeNewFile("f.txt", Array("version one".utf8))
         _ = try await first.fs.open(ino, flags: O_WRONLY | O_TRUNC)
         try first.writeNewFile("later.txt", Array("later".utf8))
-        let second = try first.restarted()
+        let second = try await first.restarted()
         try await second.running([.outbox]) {
-            try await eventually("the file queued after it to be uploaded") { second.remote.content(atPath: "/later.txt") != nil }
-            #expect(second.remote.content(atPath: "/f.txt") == nil, "the emptied file never went up")
+            try await eventually("the file queued after it to be uploaded") { try await second.remote.content(atPath: "/later.txt") != nil }
+            #expect(try await second.remote.content(atPath: "/f.txt") == nil, "the emptied file never went up")
             #expect(try second.xattr(ino, "user.ubiq.uploadingError")?.hasPrefix("the mount stopped while this file was open for writing") == true)
         }
     }
 
     @Test("a truncate by path is saved at once: a writer that opens the file afterwards does not hold its upload")
     func truncateByPathIsSaved() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("cut.txt", Array("0123456789".utf8))
         _ = try await h.fs.setAttributes(ino, FileSystem.AttributeChanges(size: 4), handle: nil)
         let writer = try await h.fs.open(ino, flags: O_WRONLY)
         try await h.running([.outbox]) {
-            try await eventually("the cut file to go up while the writer holds it") { h.remote.content(atPath: "/cut.txt") == Array("0123".utf8) }
+            try await eventually("the cut file to go up while the writer holds it") { try await h.remote.content(atPath: "/cut.txt") == Array("0123".utf8) }
         }
         h.fs.release(writer.handle)
     }
 
     @Test("a new version that landed with its answer lost, then a crash and another save: the save goes up over this device's own version, no conflict")
     func lostUpdateAnswerThenSavedAgain() async throws {
-        let first = try Harness()
+        let first = try await Harness()
         defer { first.close() }
         let ino = try first.writeNewFile("doc.txt", Array("version zero".utf8))
         try await first.running([.outbox]) {
             try await eventually("the first version to be uploaded") { try first.outbox().isEmpty }
             first.remote.loseAnswer(.updateContent)
             try await first.overwrite(ino, Array("version one".utf8))
-            try await eventually("version one to land on the server") { first.remote.content(atPath: "/doc.txt") == Array("version one".utf8) }
+            try await eventually("version one to land on the server") { try await first.remote.content(atPath: "/doc.txt") == Array("version one".utf8) }
         }
         // The daemon died before it heard back; then the file is saved again.
-        let second = try first.restarted()
+        let second = try await first.restarted()
         try await second.overwrite(ino, Array("version two".utf8))
         try await second.running([.outbox]) {
-            try await eventually("version two to go up") { second.remote.content(atPath: "/doc.txt") == Array("version two".utf8) }
+            try await eventually("version two to go up") { try await second.remote.content(atPath: "/doc.txt") == Array("version two".utf8) }
             try await eventually("the outbox to drain") { try second.outbox().isEmpty }
             #expect(try second.xattr(ino, "user.ubiq.uploadingError") == nil)
             #expect(try second.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
@@ -298,14 +298,14 @@ struct RecoveryTests {
 
     @Test("a create whose answer was lost is retried and makes one item")
     func lostCreateAnswer() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         h.remote.loseAnswer(.createItem)
         h.remote.loseAnswer(.uploadBlob)
         let ino = try h.writeNewFile("once.txt", Array("once".utf8))
         try await h.running {
             try await h.settled("the retry to settle")
-            #expect(h.remote.tree() == ["/once.txt": .init(kind: .file, digest: sha(Array("once".utf8)))])
+            #expect(try await h.remote.tree() == ["/once.txt": .init(kind: .file, digest: sha(Array("once".utf8)))])
             #expect(h.remote.calls(.createItem) >= 2, "the create was retried")
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
             #expect(try h.children() == ["once.txt"])
@@ -316,7 +316,7 @@ struct RecoveryTests {
         "a content update whose answer was lost is not taken for a conflict"
     )
     func lostUpdateAnswer() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("doc.txt", Array("v1".utf8))
         try await h.running {
@@ -325,7 +325,7 @@ struct RecoveryTests {
             try await h.overwrite(ino, Array("v2".utf8))
             try await eventually("the lost answer and the retry") { h.remote.calls(.updateContent) >= 2 }
             try await eventually("the edit to settle") { try h.outbox().isEmpty || h.xattr(ino, "user.ubiq.uploadingError") != nil }
-            #expect(h.remote.content(atPath: "/doc.txt") == Array("v2".utf8))
+            #expect(try await h.remote.content(atPath: "/doc.txt") == Array("v2".utf8))
             #expect(try h.xattr(ino, "user.ubiq.uploadingError") == nil)
             #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
             #expect(try h.outbox().isEmpty)
@@ -334,13 +334,13 @@ struct RecoveryTests {
 
     @Test("a dropped push stream reconnects and brings the changes made meanwhile")
     func streamReconnects() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
             try await eventually("the push stream to open") { h.remote.openStreamCount == 1 && h.engine.isConnected }
             h.remote.isOnline = false
             try await eventually("the engine to notice") { !h.engine.isConnected }
-            try h.remote.otherDevice.createFile("meanwhile.txt", content: Array("x".utf8))
+            try await h.remote.otherDevice.createFile("meanwhile.txt", content: Array("x".utf8))
             h.remote.isOnline = true
             try await eventually("the change made while offline to arrive") { try h.ino("/meanwhile.txt") != nil }
             // The catch-up applies what it brings before the feed says it is connected: under a
@@ -348,26 +348,26 @@ struct RecoveryTests {
             try await eventually("the engine to say it is connected again") { h.engine.isConnected }
             // A server restart ends the stream without an error; the engine reconnects too.
             h.remote.dropStreams()
-            try h.remote.otherDevice.createFile("after-restart.txt", content: Array("y".utf8))
+            try await h.remote.otherDevice.createFile("after-restart.txt", content: Array("y".utf8))
             try await eventually("the change made across the restart to arrive") { try h.ino("/after-restart.txt") != nil }
         }
     }
 
     @Test("catch-up from an empty mount: a child listed before its renamed folder still lands in it")
     func orphansWaitForTheirFolder() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         // The compacted log lists each item at its latest change: the folder, renamed last, comes
         // after the file inside it.
-        let folder = try h.remote.otherDevice.createFolder("old-name")
-        let inner = try h.remote.otherDevice.createFolder("inner", in: folder.id)
-        try h.remote.otherDevice.createFile("file.txt", in: inner.id, content: Array("nested".utf8))
-        try h.remote.otherDevice.move(inner.id, to: "inner2")
-        try h.remote.otherDevice.move(folder.id, to: "new-name")
+        let folder = try await h.remote.otherDevice.createFolder("old-name")
+        let inner = try await h.remote.otherDevice.createFolder("inner", in: folder.id)
+        try await h.remote.otherDevice.createFile("file.txt", in: inner.id, content: Array("nested".utf8))
+        try await h.remote.otherDevice.move(inner.id, to: "inner2")
+        try await h.remote.otherDevice.move(folder.id, to: "new-name")
         try await h.running {
-            try await eventually("the catch-up") { try h.caughtUp() }
+            try await eventually("the catch-up") { try await h.caughtUp() }
             let tree = try await h.localTree()
-            #expect(tree == h.remote.tree())
+            #expect(try await tree == h.remote.tree())
             #expect(tree["/new-name/inner2/file.txt"]?.digest == sha(Array("nested".utf8)))
             let orphans = try h.store.read { try $0.orphans(of: folder.id) + $0.orphans(of: inner.id) }
             #expect(orphans.isEmpty)
@@ -376,7 +376,7 @@ struct RecoveryTests {
 
     @Test("a safe save made while the saved-over file's upload is in flight, whose answer is lost, goes up as this device's next version, not a conflict")
     func safeSaveOverAnUploadWhoseAnswerIsLost() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let (v1, v2, v3) = (Array("v1".utf8), Array("v2".utf8), Array("v3".utf8))
         try h.writeNewFile("conf", v1)
@@ -385,18 +385,18 @@ struct RecoveryTests {
             try await eventually("v1 to go up") { try h.outbox().isEmpty }
             try safeSave("conf", v2, h)
             try await eventually("v2 to be on the server, its answer held") { gate.arrivals == 1 }
-            #expect(h.remote.content(atPath: "/conf") == v2)
+            #expect(try await h.remote.content(atPath: "/conf") == v2)
             try safeSave("conf", v3, h)
             // v2's answer is lost (a proxy's 502 after the server committed): this device never
             // learns the revision its next save must go up from.
             h.remote.loseAnswer(.updateContent, as: .protocolError("injected: 502 after the commit"))
             gate.open()
-            try await eventually("v3 to go up") { try h.outbox().isEmpty && h.remote.content(atPath: "/conf") == v3 }
+            try await eventually("v3 to go up") { try await h.remote.content(atPath: "/conf") == v3 && h.outbox().isEmpty }
             let ino = try h.requireIno("/conf")
-            #expect(h.remote.item(atPath: "/conf")?.conflicts.isEmpty == true, "v2 is this device's own: no conflict version")
+            #expect(try await h.remote.item(atPath: "/conf")?.conflicts.isEmpty == true, "v2 is this device's own: no conflict version")
             #expect(try h.xattr(ino, "user.ubiq.hasUnresolvedConflicts") == "0")
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
-            #expect(h.remote.tree().keys.sorted() == ["/conf"])
+            #expect(try await h.remote.tree().keys.sorted() == ["/conf"])
         }
     }
 }
@@ -414,7 +414,7 @@ func safeSave(_ name: String, _ content: [UInt8], _ h: Harness) throws {
 struct OpenFileTests {
     @Test("chmod, utimes and truncate of an uploaded file reach the server")
     func attributesReachServer() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("a.txt", Array("hello world".utf8))
         try await h.running {
@@ -424,33 +424,33 @@ struct OpenFileTests {
             #expect(changed.mode == 0o600)
             #expect(changed.mtime == mtime)
             try await eventually("the attributes to reach the server") {
-                let r = h.remote.item(atPath: "/a.txt")
+                let r = try await h.remote.item(atPath: "/a.txt")
                 return r?.mode == 0o600 && r?.modified == mtime
             }
             let truncated = try await h.fs.setAttributes(ino, .init(size: 5), handle: nil)
             #expect(truncated.size == 5)
-            try await eventually("the truncation to reach the server") { h.remote.content(atPath: "/a.txt") == Array("hello".utf8) }
+            try await eventually("the truncation to reach the server") { try await h.remote.content(atPath: "/a.txt") == Array("hello".utf8) }
             #expect(try await h.read(ino) == Array("hello".utf8))
         }
     }
 
     @Test("truncate to zero of a placeholder needs no download")
     func truncatePlaceholder() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
-            try h.remote.otherDevice.createFile("big.bin", content: pattern(100_000))
+            try await h.remote.otherDevice.createFile("big.bin", content: pattern(100_000))
             let ino = try await h.appeared("/big.bin")
             let attributes = try await h.fs.setAttributes(ino, .init(size: 0), handle: nil)
             #expect(attributes.size == 0)
             #expect(h.remote.calls(.download) == 0)
-            try await eventually("the empty content to reach the server") { h.remote.item(atPath: "/big.bin")?.digest == .empty }
+            try await eventually("the empty content to reach the server") { try await h.remote.item(atPath: "/big.bin")?.digest == .empty }
         }
     }
 
     @Test("a file unlinked while open stays readable through its handle, then its cache file goes")
     func unlinkWhileOpen() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let content = pattern(20_000)
         let ino = try h.writeNewFile("open.bin", content)
@@ -469,14 +469,14 @@ struct OpenFileTests {
         "fsync uploads the file while it stays open, and a write after that marks it changed again"
     )
     func fsyncUploads() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let content = Array("journal entry".utf8)
         try await h.running {
             let opened = try h.fs.createFile(parent: rootIno, name: n("log.txt"), mode: 0o644, flags: O_CREAT | O_WRONLY, uid: 0, gid: 0)
             _ = try h.fs.write(opened.handle, offset: 0, data: content)
             try h.fs.fsync(opened.handle)
-            try await eventually("the fsynced content to reach the server") { h.remote.content(atPath: "/log.txt") == content }
+            try await eventually("the fsynced content to reach the server") { try await h.remote.content(atPath: "/log.txt") == content }
             let ino = opened.attributes.ino
             try await eventually("the upload to be recorded") { try h.xattr(ino, "user.ubiq.isUploaded") == "1" }
             // The writer goes on: the file has local changes again at once (a crash now must
@@ -485,7 +485,7 @@ struct OpenFileTests {
             #expect(try h.local(ino)?.content == .dirty)
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
             h.fs.release(opened.handle)
-            try await eventually("the closed content to reach the server") { h.remote.content(atPath: "/log.txt") == content + Array(" and more".utf8) }
+            try await eventually("the closed content to reach the server") { try await h.remote.content(atPath: "/log.txt") == content + Array(" and more".utf8) }
         }
     }
 }

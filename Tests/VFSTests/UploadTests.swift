@@ -11,7 +11,7 @@ import VFS
 struct UploadTests {
     @Test("create + write + release queue exactly one content upload, with the dirty state")
     func closeQueuesOneUpload() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let content = pattern(70_000)
         let opened = try h.fs.createFile(parent: rootIno, name: n("a.bin"), mode: 0o600, flags: O_CREAT | O_WRONLY, uid: getuid(), gid: getgid())
@@ -44,7 +44,7 @@ struct UploadTests {
 
     @Test("an upload queued by a close waits while a writer that wrote into the file has it open, and sends what its fsync or release saved")
     func uploadWaitsForAWriterHalfway() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         // `cat v1 > f`, then at once `exec 3<>f; printf PART >&3`: v1's upload is queued, and
         // the file now holds a version no one has closed. (With `exec 3>f` the truncate drops
@@ -57,7 +57,7 @@ struct UploadTests {
         try await h.running([.outbox]) {
             // Its answer recorded too: the server has the file a moment before its entry goes.
             try await eventually("the file queued after f.txt to be uploaded") { try h.pending(later).isEmpty }
-            #expect(h.remote.content(atPath: "/f.txt") == nil, "nothing of f.txt went up while its writer was halfway")
+            #expect(try await h.remote.content(atPath: "/f.txt") == nil, "nothing of f.txt went up while its writer was halfway")
             let queued = try h.outbox()
             #expect(queued.map(\.op) == [.content] && queued.first?.ino == ino, "\(queued)")
             let error = try h.xattr(ino, "user.ubiq.uploadingError")
@@ -66,14 +66,14 @@ struct UploadTests {
             // writes) records the state, but the writer is still halfway.
             try h.fs.flush(writer.handle)
             try h.writeNewFile("later2.txt", Array("later".utf8))
-            try await eventually("the file queued after the close to be uploaded") { h.remote.content(atPath: "/later2.txt") != nil }
-            #expect(h.remote.content(atPath: "/f.txt") == nil, "a close of one descriptor is not the writer's save")
+            try await eventually("the file queued after the close to be uploaded") { try await h.remote.content(atPath: "/later2.txt") != nil }
+            #expect(try await h.remote.content(atPath: "/f.txt") == nil, "a close of one descriptor is not the writer's save")
             // fsync is: that version goes up while the file stays open.
             try h.fs.fsync(writer.handle)
-            try await eventually("the fsynced version to go up") { h.remote.content(atPath: "/f.txt") == Array("PARTion one".utf8) }
+            try await eventually("the fsynced version to go up") { try await h.remote.content(atPath: "/f.txt") == Array("PARTion one".utf8) }
             _ = try h.fs.write(writer.handle, offset: 11, data: Array(" two".utf8))
             h.fs.release(writer.handle)
-            try await eventually("the closed version to go up") { h.remote.content(atPath: "/f.txt") == Array("PARTion one two".utf8) }
+            try await eventually("the closed version to go up") { try await h.remote.content(atPath: "/f.txt") == Array("PARTion one two".utf8) }
             try await eventually("the outbox to drain") { try h.outbox().isEmpty }
             #expect(try h.local(ino)?.content == .current)
         }
@@ -81,12 +81,12 @@ struct UploadTests {
 
     @Test("a truncate through a descriptor (truncate(1)) is saved by that descriptor's close, while other writers hold the file")
     func truncateThroughItsDescriptorIsItsWritersSave() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let original = Array("0123456789-abcdefgh".utf8)
         let ino = try h.writeNewFile("t.txt", original)
         try await h.running([.outbox]) {
-            try await eventually("the first version to go up") { h.remote.content(atPath: "/t.txt") == original }
+            try await eventually("the first version to go up") { try await h.remote.content(atPath: "/t.txt") == original }
             try await eventually("its upload to be recorded") { try h.outbox().isEmpty }
             // Writers that hold the file and wrote (`exec 3>>t.txt; printf XY >&3`): several, so
             // that no one of them is the truncating descriptor by chance.
@@ -102,7 +102,7 @@ struct UploadTests {
             try h.fs.flush(truncating.handle)
             h.fs.release(truncating.handle)
             try await eventually("the truncated version, saved by its writer's close, to go up") {
-                h.remote.content(atPath: "/t.txt") == Array(original.prefix(12))
+                try await h.remote.content(atPath: "/t.txt") == Array(original.prefix(12))
             }
             for holder in holders { h.fs.release(holder) }
         }
@@ -110,10 +110,10 @@ struct UploadTests {
 
     @Test("new small files go up in batches; one the server refuses is handled on its own")
     func smallFilesGoUpInBatches() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         // Another device has a file this one has not heard of under one of the names.
-        try h.remote.otherDevice.createFile("f08.txt", content: Array("theirs".utf8))
+        try await h.remote.otherDevice.createFile("f08.txt", content: Array("theirs".utf8))
         var expected: [String: [UInt8]] = [:]
         let folder = try h.mkdir("dir")
         for i in 0..<40 {
@@ -125,7 +125,7 @@ struct UploadTests {
         try await h.running([.outbox]) {
             try await eventually("the outbox to drain") { try h.outbox().isEmpty }
         }
-        let tree = h.remote.tree()
+        let tree = try await h.remote.tree()
         for (path, content) in expected where path != "/f08.txt" {
             #expect(tree[path]?.digest == sha(content), "\(path) is on the server")
         }
@@ -146,17 +146,17 @@ struct UploadTests {
 
     @Test("a closed file reaches the server with the same SHA-256, and its status turns uploaded")
     func uploadReachesServer() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let content = pattern(300_000, seed: 3)
         let ino = try h.writeNewFile("doc.bin", content)
         try await h.running {
             try await eventually("the outbox to drain") { try h.outbox().isEmpty }
-            let remote = try #require(h.remote.item(atPath: "/doc.bin"))
+            let remote = try #require(try await h.remote.item(atPath: "/doc.bin"))
             #expect(remote.digest == sha(content))
             #expect(remote.size == Int64(content.count))
             #expect(remote.mode == 0o644)
-            #expect(h.remote.content(of: remote.id).map(sha) == sha(content))
+            #expect(try await h.remote.content(of: remote.id).map(sha) == sha(content))
             let local = try #require(try h.local(ino))
             #expect(local.itemID == remote.id)
             #expect(local.revision == remote.revision)
@@ -167,7 +167,7 @@ struct UploadTests {
             #expect(try h.xattr(ino, "user.ubiq.itemID") == remote.id.rawValue)
             #expect(try h.xattr(ino, "user.ubiq.revision") == remote.revision.rawValue)
             // Our own change comes back on the push stream and changes nothing.
-            try await eventually("the echo to be applied") { try h.caughtUp() }
+            try await eventually("the echo to be applied") { try await h.caughtUp() }
             #expect(try h.local(ino)?.content == .current)
             #expect(sha(try await h.read(ino)) == sha(content))
         }
@@ -175,7 +175,7 @@ struct UploadTests {
 
     @Test("folders and nested files go up parent first, with their names")
     func nestedTreeUploads() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let a = try h.mkdir("a")
         let b = try h.mkdir("b", in: a)
@@ -183,7 +183,7 @@ struct UploadTests {
         try h.writeNewFile("empty.txt", in: a, [])
         try await h.running {
             try await eventually("the outbox to drain") { try h.outbox().isEmpty }
-            #expect(h.remote.tree() == [
+            #expect(try await h.remote.tree() == [
                 "/a": .init(kind: .folder, digest: nil),
                 "/a/b": .init(kind: .folder, digest: nil),
                 "/a/b/deep.txt": .init(kind: .file, digest: sha(Array("deep".utf8))),
@@ -194,15 +194,15 @@ struct UploadTests {
 
     @Test("safe save: a temp file renamed over an uploaded file becomes its next revision, same id")
     func safeSave() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let v1 = Array("version one".utf8)
         let v2 = Array("version two, saved by an editor".utf8)
         try h.writeNewFile("doc.txt", v1)
         try await h.running {
-            try await eventually("doc.txt to be uploaded") { try h.outbox().isEmpty && h.remote.item(atPath: "/doc.txt") != nil }
-            let original = try #require(h.remote.item(atPath: "/doc.txt"))
-            try await eventually("the echo to be applied") { try h.caughtUp() }
+            try await eventually("doc.txt to be uploaded") { try await h.remote.item(atPath: "/doc.txt") != nil && h.outbox().isEmpty }
+            let original = try #require(try await h.remote.item(atPath: "/doc.txt"))
+            try await eventually("the echo to be applied") { try await h.caughtUp() }
 
             // The editor saves while this device cannot reach the server, so that the temp file is
             // certainly not uploaded under its own name before the rename (see InFlightTests).
@@ -216,12 +216,12 @@ struct UploadTests {
             h.remote.isOnline = true
 
             try await eventually("the save to reach the server") { try h.outbox().isEmpty }
-            let now = try #require(h.remote.item(atPath: "/doc.txt"))
+            let now = try #require(try await h.remote.item(atPath: "/doc.txt"))
             #expect(now.id == original.id)
             #expect(now.revision != original.revision)
             #expect(now.digest == sha(v2))
-            #expect(h.remote.tree().count == 1, "no temp file on the server: \(h.remote.tree())")
-            try await eventually("the echo to be applied") { try h.caughtUp() }
+            #expect(try await h.remote.tree().count == 1, "no temp file on the server: \(try await h.remote.tree())")
+            try await eventually("the echo to be applied") { try await h.caughtUp() }
             #expect(sha(try await h.read(saved)) == sha(v2))
             #expect(try h.xattr(saved, "user.ubiq.isUploaded") == "1")
         }
@@ -229,22 +229,22 @@ struct UploadTests {
 
     @Test("rename, move and delete of uploaded items reach the server")
     func metadataChangesReachServer() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let folder = try h.mkdir("folder")
         try h.writeNewFile("a.txt", Array("a".utf8))
         try h.writeNewFile("gone.txt", Array("gone".utf8))
         try await h.running {
-            try await eventually("the first upload") { try h.outbox().isEmpty && h.remote.tree().count == 3 }
-            let aID = try #require(h.remote.item(atPath: "/a.txt")).id
+            try await eventually("the first upload") { try await h.remote.tree().count == 3 && h.outbox().isEmpty }
+            let aID = try #require(try await h.remote.item(atPath: "/a.txt")).id
             try h.fs.rename(parent: rootIno, name: n("a.txt"), newParent: folder, newName: n("b.txt"), noReplace: false, exchange: false)
             try h.fs.unlink(parent: rootIno, name: n("gone.txt"))
             try await eventually("the changes to reach the server") { try h.outbox().isEmpty }
-            #expect(h.remote.tree() == [
+            #expect(try await h.remote.tree() == [
                 "/folder": .init(kind: .folder, digest: nil),
                 "/folder/b.txt": .init(kind: .file, digest: sha(Array("a".utf8))),
             ])
-            #expect(h.remote.item(atPath: "/folder/b.txt")?.id == aID)
+            #expect(try await h.remote.item(atPath: "/folder/b.txt")?.id == aID)
         }
     }
 
@@ -257,12 +257,12 @@ struct UploadTests {
             try h.fs.rename(parent: rootIno, name: n("b"), newParent: rootIno, newName: n("a"), noReplace: false, exchange: false)
             try h.fs.rename(parent: rootIno, name: n("t"), newParent: rootIno, newName: n("b"), noReplace: false, exchange: false)
             try await h.settled("the swap to reach the server")
-            #expect(h.remote.tree() == [
+            #expect(try await h.remote.tree() == [
                 "/a": .init(kind: .file, digest: sha(Array("second".utf8))),
                 "/b": .init(kind: .file, digest: sha(Array("first".utf8))),
             ])
-            #expect(h.remote.item(atPath: "/b")?.id == aID)
-            #expect(h.remote.item(atPath: "/a")?.id == bID)
+            #expect(try await h.remote.item(atPath: "/b")?.id == aID)
+            #expect(try await h.remote.item(atPath: "/a")?.id == bID)
             #expect(try h.children() == ["a", "b"])
         }
     }
@@ -276,7 +276,7 @@ struct UploadTests {
             try h.fs.rename(parent: rootIno, name: n("b"), newParent: folder, newName: n("b"), noReplace: false, exchange: false)
             try h.fs.rename(parent: rootIno, name: n("t"), newParent: rootIno, newName: n("b"), noReplace: false, exchange: false)
             try await h.settled("the cycle to reach the server")
-            #expect(h.remote.tree() == [
+            #expect(try await h.remote.tree() == [
                 "/a": .init(kind: .folder, digest: nil),
                 "/a/b": .init(kind: .file, digest: sha(Array("second".utf8))),
                 "/b": .init(kind: .file, digest: sha(Array("first".utf8))),
@@ -290,25 +290,25 @@ struct UploadTests {
     /// on one thread, its memory growing, until the process was killed.
     @Test("a folder moved into a new folder that takes its name reaches the server")
     func holderMovedIntoTheNewFolderTakingItsName() async throws {
-        let first = try Harness()
+        let first = try await Harness()
         defer { first.close() }
         let old = try first.mkdir("a")
         try first.writeNewFile("inside", in: old, Array("kept".utf8))
         try await first.running { try await first.settled("the first folder to reach the server") }
-        let oldID = try #require(first.remote.item(atPath: "/a")).id
+        let oldID = try #require(try await first.remote.item(atPath: "/a")).id
         // Made while no outbox runs, so that the folder's create goes with its final name.
-        let h = try first.restarted()
+        let h = try await first.restarted()
         let made = try h.mkdir("n")
         try h.fs.rename(parent: rootIno, name: n("a"), newParent: made, newName: n("a"), noReplace: false, exchange: false)
         try h.fs.rename(parent: rootIno, name: n("n"), newParent: rootIno, newName: n("a"), noReplace: false, exchange: false)
         try await h.running {
             try await h.settled("the new folder and the move to reach the server")
-            #expect(h.remote.tree() == [
+            #expect(try await h.remote.tree() == [
                 "/a": .init(kind: .folder, digest: nil),
                 "/a/a": .init(kind: .folder, digest: nil),
                 "/a/a/inside": .init(kind: .file, digest: sha(Array("kept".utf8))),
             ])
-            #expect(h.remote.item(atPath: "/a/a")?.id == oldID)
+            #expect(try await h.remote.item(atPath: "/a/a")?.id == oldID)
             #expect(h.observer.events.filter { $0.isConflict }.isEmpty)
             #expect(!h.observer.events.contains { $0.detail == SyncEngine.loopOfWaits }, "the loop was broken, not cut off")
         }
@@ -318,13 +318,13 @@ struct UploadTests {
     /// renamed to `t`. `body` gets their item IDs and closes the cycle; after it, no item may
     /// have become a conflicted copy.
     func cycleStartingWithAMovedToT(_ body: (Harness, ItemID, ItemID) async throws -> Void) async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try h.writeNewFile("a", Array("first".utf8))
         try h.writeNewFile("b", Array("second".utf8))
         try await h.running {
             try await h.settled("the first uploads")
-            let (aID, bID) = (try #require(h.remote.item(atPath: "/a")).id, try #require(h.remote.item(atPath: "/b")).id)
+            let (aID, bID) = (try #require(try await h.remote.item(atPath: "/a")).id, try #require(try await h.remote.item(atPath: "/b")).id)
             try h.fs.rename(parent: rootIno, name: n("a"), newParent: rootIno, newName: n("t"), noReplace: false, exchange: false)
             try await body(h, aID, bID)
             #expect(h.observer.events.filter { $0.isConflict }.isEmpty)
@@ -333,7 +333,7 @@ struct UploadTests {
 
     @Test("the engine forgets a file's write generations once it is closed and uploaded: a long-running mount does not keep one per file it ever wrote")
     func writeGenerationsAreForgotten() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         var inos: [Int64] = []
         for i in 0..<20 { inos.append(try h.writeNewFile("f\(i).txt", Array("content \(i)".utf8))) }
@@ -345,14 +345,14 @@ struct UploadTests {
         _ = try h.fs.write(writer.handle, offset: 0, data: Array("fsynced".utf8))
         try h.fs.fsync(writer.handle)
         try await h.running([.outbox, .changeFeed]) {
-            try await eventually("the fsynced version to be uploaded") { h.remote.content(atPath: "/f1.txt") == Array("fsynced 1".utf8) }
+            try await eventually("the fsynced version to be uploaded") { try await h.remote.content(atPath: "/f1.txt") == Array("fsynced 1".utf8) }
             try await h.settled()
             #expect(h.fs.openFiles.filesWithWriteGenerations == 1, "only the file still open for writing")
             _ = try h.fs.write(writer.handle, offset: 0, data: Array("FSYNCED".utf8))
             h.fs.release(writer.handle)
-            try await eventually("the last version to be uploaded") { h.remote.content(atPath: "/f1.txt") == Array("FSYNCED 1".utf8) }
+            try await eventually("the last version to be uploaded") { try await h.remote.content(atPath: "/f1.txt") == Array("FSYNCED 1".utf8) }
             try await h.settled()
-            #expect(h.remote.content(atPath: "/f19.txt") == Array("content 19".utf8))
+            #expect(try await h.remote.content(atPath: "/f19.txt") == Array("content 19".utf8))
             #expect(h.fs.openFiles.filesWithWriteGenerations == 0, "every upload done, no writer open")
         }
     }

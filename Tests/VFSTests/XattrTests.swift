@@ -22,12 +22,12 @@ struct XattrTests {
 
     @Test("the full status list on an uploaded file and on the root, with their values")
     func statusLists() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("a.txt", Array("hello".utf8))
         try await h.running {
             try await h.settled()
-            let remote = try #require(h.remote.item(atPath: "/a.txt"))
+            let remote = try #require(try await h.remote.item(atPath: "/a.txt"))
 
             #expect(try h.fs.listXattrs(ino) == Self.statusNames)
             let values = try Dictionary(uniqueKeysWithValues: Self.statusNames.map { ($0, try h.xattr(ino, $0)) })
@@ -46,7 +46,7 @@ struct XattrTests {
 
             let rootNames = try h.fs.listXattrs(rootIno)
             #expect(rootNames == Self.statusNames + ["user.ubiq.identityToken"])
-            #expect(try h.xattr(rootIno, "user.ubiq.identityToken") == h.remote.identity)
+            #expect(try await h.xattr(rootIno, "user.ubiq.identityToken") == h.remote.server.identity())
             #expect(try h.xattr(rootIno, "user.ubiq.itemID") == "root")
             #expect(try h.xattr(rootIno, "user.ubiq.downloadingStatus") == "current")
             #expect(try h.xattr(rootIno, "user.ubiq.isUploaded") == "1")
@@ -54,8 +54,8 @@ struct XattrTests {
     }
 
     @Test("a new local file: not uploaded yet, no revision attribute")
-    func newFileStatus() throws {
-        let h = try Harness()
+    func newFileStatus() async throws {
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("new.txt", Array("x".utf8))
         #expect(try h.fs.listXattrs(ino) == Self.statusNames.filter { $0 != "user.ubiq.revision" })
@@ -66,8 +66,8 @@ struct XattrTests {
     }
 
     @Test("read-only status names answer EPERM to set and remove")
-    func readOnlyNames() throws {
-        let h = try Harness()
+    func readOnlyNames() async throws {
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("a.txt", Array("x".utf8))
         let readOnly = Self.statusNames.filter { $0 != "user.ubiq.pinned" && $0 != "user.ubiq.downloadingStatus" }
@@ -80,16 +80,16 @@ struct XattrTests {
             #expect(errnoOf { try h.fs.removeXattr(ino, name: name) } == EPERM, "remove \(name)")
         }
         #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
-        #expect(try h.xattr(rootIno, "user.ubiq.identityToken") == h.remote.identity)
+        #expect(try await h.xattr(rootIno, "user.ubiq.identityToken") == h.remote.server.identity())
     }
 
     @Test("pinned accepts 0 and 1 only; 1 pins and downloads, 0 unpins")
     func pinnedValues() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let content = pattern(20_000)
         try await h.running([.changeFeed, .maintenance]) {
-            try h.remote.otherDevice.createFile("p.bin", content: content)
+            try await h.remote.otherDevice.createFile("p.bin", content: content)
             let ino = try await h.appeared("/p.bin")
             for bad in ["2", "", "true", "yes", "-1", "11", "current"] {
                 #expect(errnoOf { try set(h, ino, "user.ubiq.pinned", bad) } == EINVAL, "pinned = '\(bad)'")
@@ -109,17 +109,17 @@ struct XattrTests {
 
     @Test("pinning a folder pins what is below it, and what arrives there later")
     func pinnedFolder() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running([.changeFeed, .maintenance]) {
-            let folder = try h.remote.otherDevice.createFolder("keep")
-            try h.remote.otherDevice.createFile("one.txt", in: folder.id, content: Array("one".utf8))
+            let folder = try await h.remote.otherDevice.createFolder("keep")
+            try await h.remote.otherDevice.createFile("one.txt", in: folder.id, content: Array("one".utf8))
             try await eventually("the folder to appear") { try h.ino("/keep/one.txt") != nil }
             try set(h, try h.requireIno("/keep"), "user.ubiq.pinned", "1")
             let one = try h.requireIno("/keep/one.txt")
             #expect(try h.xattr(one, "user.ubiq.pinned") == "1")
             try await eventually("one.txt to download") { try h.downloadingStatus(one) == "current" }
-            try h.remote.otherDevice.createFile("two.txt", in: folder.id, content: Array("two".utf8))
+            try await h.remote.otherDevice.createFile("two.txt", in: folder.id, content: Array("two".utf8))
             let two = try await h.appeared("/keep/two.txt")
             #expect(try h.xattr(two, "user.ubiq.pinned") == "1")
             try await eventually("two.txt to download") { try h.downloadingStatus(two) == "current" }
@@ -128,20 +128,20 @@ struct XattrTests {
 
     @Test("another device's change that lands after this device's own and reaches here before its answer still applies")
     func aNewerChangeOvertakingAnAnswerApplies() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running([.changeFeed, .outbox]) {
-            let made = try h.remote.otherDevice.createFile("shared.txt", content: Array("shared".utf8))
+            let made = try await h.remote.otherDevice.createFile("shared.txt", content: Array("shared".utf8))
             let ino = try await h.appeared("/shared.txt")
             let answers = h.remote.holdAnswers(.setXattrs)
             try set(h, ino, "user.mine", "1")
             try await eventually("this device's change to land") { answers.arrivals == 1 }
             // Then the other device's, on top of it; the push stream brings both here while
             // the answer to this device's change still travels.
-            var theirs = try #require(h.remote.item(atPath: "/shared.txt")).xattrs
+            var theirs = try #require(try await h.remote.item(atPath: "/shared.txt")).xattrs
             theirs["user.theirs"] = Data("2".utf8)
-            let latest = try h.remote.otherDevice.setXattrs(made.id, theirs)
-            try await eventually("the feed to bring both") { h.engine.appliedCursor == h.remote.latestCursor }
+            let latest = try await h.remote.otherDevice.setXattrs(made.id, theirs)
+            try await eventually("the feed to bring both") { try await h.engine.appliedCursor == h.remote.latestCursor() }
             answers.open()
             try await eventually("the answer to be recorded") { try h.outbox().isEmpty }
             try await eventually("the other device's attribute to show") { try h.xattr(ino, "user.theirs") == "2" }
@@ -152,11 +152,11 @@ struct XattrTests {
 
     @Test("a pinned file whose download keeps failing is tried again after pauses that grow, not at every pass")
     func failingPinnedDownloadPauses() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running([.changeFeed, .maintenance]) {
             let content = pattern(1_000, seed: 4)
-            try h.remote.otherDevice.createFile("broken.bin", content: content)
+            try await h.remote.otherDevice.createFile("broken.bin", content: content)
             let ino = try await h.appeared("/broken.bin")
             // A server error that leaves the connection up: the pass after each failure would
             // start it again at once.
@@ -176,7 +176,7 @@ struct XattrTests {
 
     @Test("downloadingStatus: notDownloaded on a file with unsent changes is EBUSY; other values EINVAL")
     func evictDirtyIsBusy() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let content = Array("unsent changes".utf8)
         let ino = try h.writeNewFile("dirty.txt", content)
@@ -200,12 +200,12 @@ struct XattrTests {
 
     @Test("user.xdg.tags: set, get, list, remove, and each change is queued for an uploaded item")
     func userAttributeRoundTrip() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("tagged.txt", Array("x".utf8))
         try await h.running {
             try await h.settled()
-            let id = try #require(h.remote.item(atPath: "/tagged.txt")).id
+            let id = try #require(try await h.remote.item(atPath: "/tagged.txt")).id
             // Hold the server's answer so that the queued op can be seen before it is sent.
             let gate = h.remote.hold(.setXattrs)
             try set(h, ino, "user.xdg.tags", "work,urgent")
@@ -214,7 +214,7 @@ struct XattrTests {
             #expect(try h.pending(ino) == [.xattrs])
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "0")
             gate.open()
-            try await eventually("the tags to reach the server") { h.remote.liveItem(id)?.xattrs["user.xdg.tags"] == Data("work,urgent".utf8) }
+            try await eventually("the tags to reach the server") { try await h.remote.liveItem(id)?.xattrs["user.xdg.tags"] == Data("work,urgent".utf8) }
             try await eventually("the op to leave the outbox") { try h.pending(ino).isEmpty }
             #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
 
@@ -228,31 +228,31 @@ struct XattrTests {
             #expect(try h.xattr(ino, "user.xdg.tags") == nil)
             #expect(try h.fs.listXattrs(ino) == Self.statusNames)
             #expect(errnoOf { try h.fs.removeXattr(ino, name: "user.xdg.tags") } == ENODATA)
-            try await eventually("the removal to reach the server") { h.remote.liveItem(id)?.xattrs.isEmpty == true }
+            try await eventually("the removal to reach the server") { try await h.remote.liveItem(id)?.xattrs.isEmpty == true }
         }
     }
 
     @Test("attributes of a new item travel with its create")
     func attributesOnNewItem() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         let ino = try h.writeNewFile("new.txt", Array("x".utf8))
         try set(h, ino, "user.xdg.comment", "made offline")
         #expect(try h.pending(ino) == [.content], "no separate op before the item exists on the server")
         try await h.running {
             try await eventually("the upload") { try h.outbox().isEmpty }
-            #expect(h.remote.item(atPath: "/new.txt")?.xattrs == ["user.xdg.comment": Data("made offline".utf8)])
+            #expect(try await h.remote.item(atPath: "/new.txt")?.xattrs == ["user.xdg.comment": Data("made offline".utf8)])
         }
     }
 
     @Test("another device's attributes arrive, and reading them starts no download")
     func remoteAttributes() async throws {
-        let h = try Harness()
+        let h = try await Harness()
         defer { h.close() }
         try await h.running {
-            let file = try h.remote.otherDevice.createFile("r.txt", content: pattern(5000))
+            let file = try await h.remote.otherDevice.createFile("r.txt", content: pattern(5000))
             let ino = try await h.appeared("/r.txt")
-            try h.remote.otherDevice.setXattrs(file.id, ["user.xdg.tags": Data("from-afar".utf8)])
+            try await h.remote.otherDevice.setXattrs(file.id, ["user.xdg.tags": Data("from-afar".utf8)])
             try await eventually("the tags to arrive") { try h.xattr(ino, "user.xdg.tags") == "from-afar" }
             #expect(try h.fs.listXattrs(ino).contains("user.xdg.tags"))
             #expect(h.remote.calls(.download) == 0)
