@@ -132,7 +132,7 @@ let package = Package(
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"]),
         .testTarget(
             name: "VFSTests",
-            dependencies: ["VFS", "SyncEngine", "OpenFiles", "CacheFiles", "LocalState", "TestSupport", "SyncAPI", "ItemModel", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["VFS", "SyncEngine", "SyncClient", "OpenFiles", "CacheFiles", "LocalState", "TestSupport", "SyncAPI", "ItemModel", .product(name: "Logging", package: "swift-log")]
         ),
         .testTarget(
             name: "MountTests",

@@ -16,6 +16,7 @@ import LocalState
 import Logging
 import OpenFiles
 import SyncAPI
+import SyncClient
 import SyncEngine
 import Synchronization
 import Testing
@@ -57,6 +58,38 @@ enum StoreSetup: String, CaseIterable, Sendable, CustomTestStringConvertible {
     var testDescription: String { rawValue }
 }
 
+/// Where the harness's server runs: `ubiq-server`'s rules in this process (`InMemoryServer`),
+/// or a real `ubiq-server` reached over HTTP by `SyncHTTPClient`. A selection of the suite's
+/// cases runs on both; fault injection wraps either.
+enum ServerSetup: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case inProcess, liveServer
+    var testDescription: String { rawValue }
+}
+
+// As the mount daemon (the composition root) declares it; this suite composes its own parts.
+extension SyncHTTPClient: RemoteStore {}
+
+/// One `ubiq-server` for the suite's live cases, started on first use, with one account; each
+/// harness gets a container of its own. The server stops when this test process ends (its
+/// standard input, which only this process holds, closes).
+enum LiveServer {
+    static let password = "vfs-suite-password"
+    static let started = Task { () throws -> (server: ServerProcess, token: String) in
+        let server = try await ServerProcess.start()
+        try await server.addAccount("vfs", password: password)
+        return (server, try await SyncHTTPClient.login(server: server.baseURL, user: "vfs", password: password).token)
+    }
+
+    /// The device's connection to a new container, and a second one for the test's view.
+    static func connect() async throws -> FaultInjectingRemote {
+        let (server, token) = try await started.value
+        let container = try ContainerID("vfs-\(UUID().uuidString)")
+        let device = SyncHTTPClient(baseURL: server.baseURL, token: token, container: container)
+        let view = SyncHTTPClient(baseURL: server.baseURL, token: token, container: container)
+        return FaultInjectingRemote(wrapping: device, server: ServerView(view))
+    }
+}
+
 struct Harness: Sendable {
     enum EngineService: Hashable, Sendable {
         case changeFeed, outbox, maintenance, keyValues
@@ -74,6 +107,13 @@ struct Harness: Sendable {
     ///   dominate (the machine may have two cores shared by every test running in parallel).
     init(_ setup: StoreSetup, cacheLimit: Int64? = nil) async throws {
         try await self.init(cacheLimit: cacheLimit, inMemoryDatabase: setup == .sqliteMemory)
+    }
+
+    init(_ server: ServerSetup) async throws {
+        switch server {
+        case .inProcess: try await self.init()
+        case .liveServer: try await self.init(remote: LiveServer.connect())
+        }
     }
 
     init(cacheLimit: Int64? = nil, remote: FaultInjectingRemote? = nil, inMemoryDatabase: Bool = false, directory: TempDirectory? = nil) async throws {
@@ -106,6 +146,13 @@ struct Harness: Sendable {
     func close() {
         remote.releaseAll()
         directory.remove()
+        // HTTP clients must be shut down before they go; the engine may still hold this one.
+        if let device = remote.base as? SyncHTTPClient, let view = remote.server.connection as? SyncHTTPClient {
+            Task {
+                await device.shutdown()
+                await view.shutdown()
+            }
+        }
     }
 
     /// Runs the given engine services around `body`, then cancels them.

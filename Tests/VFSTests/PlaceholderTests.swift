@@ -9,9 +9,9 @@ import VFS
 
 @Suite("Placeholders and content")
 struct PlaceholderTests {
-    @Test("a remote file appears as a placeholder; metadata never downloads; open + read do")
-    func remoteFileIsPlaceholder() async throws {
-        let h = try await Harness()
+    @Test("a remote file appears as a placeholder; metadata never downloads; open + read do", arguments: ServerSetup.allCases)
+    func remoteFileIsPlaceholder(_ server: ServerSetup) async throws {
+        let h = try await Harness(server)
         defer { h.close() }
         let content = pattern(200_000, seed: 9)
         try await h.running {
@@ -236,9 +236,9 @@ struct PlaceholderTests {
         }
     }
 
-    @Test("a remote content change makes a clean cached copy stale; the next open reads the new content")
-    func remoteChangeMakesStale() async throws {
-        let h = try await Harness()
+    @Test("a remote content change makes a clean cached copy stale; the next open reads the new content", arguments: ServerSetup.allCases)
+    func remoteChangeMakesStale(_ server: ServerSetup) async throws {
+        let h = try await Harness(server)
         defer { h.close() }
         let v1 = pattern(10_000, seed: 1)
         let v2 = pattern(25_000, seed: 2)
@@ -458,9 +458,9 @@ struct PlaceholderTests {
         }
     }
 
-    @Test("remote renames, moves and deletes show up in the mount")
-    func remoteTreeChanges() async throws {
-        let h = try await Harness()
+    @Test("remote renames, moves and deletes show up in the mount", arguments: ServerSetup.allCases)
+    func remoteTreeChanges(_ server: ServerSetup) async throws {
+        let h = try await Harness(server)
         defer { h.close() }
         try await h.running {
             let folder = try await h.remote.otherDevice.createFolder("folder")

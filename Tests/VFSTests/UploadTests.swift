@@ -108,9 +108,9 @@ struct UploadTests {
         }
     }
 
-    @Test("new small files go up in batches; one the server refuses is handled on its own")
-    func smallFilesGoUpInBatches() async throws {
-        let h = try await Harness()
+    @Test("new small files go up in batches; one the server refuses is handled on its own", arguments: ServerSetup.allCases)
+    func smallFilesGoUpInBatches(_ server: ServerSetup) async throws {
+        let h = try await Harness(server)
         defer { h.close() }
         // Another device has a file this one has not heard of under one of the names.
         try await h.remote.otherDevice.createFile("f08.txt", content: Array("theirs".utf8))
@@ -144,9 +144,9 @@ struct UploadTests {
         }
     }
 
-    @Test("a closed file reaches the server with the same SHA-256, and its status turns uploaded")
-    func uploadReachesServer() async throws {
-        let h = try await Harness()
+    @Test("a closed file reaches the server with the same SHA-256, and its status turns uploaded", arguments: ServerSetup.allCases)
+    func uploadReachesServer(_ server: ServerSetup) async throws {
+        let h = try await Harness(server)
         defer { h.close() }
         let content = pattern(300_000, seed: 3)
         let ino = try h.writeNewFile("doc.bin", content)
@@ -173,9 +173,9 @@ struct UploadTests {
         }
     }
 
-    @Test("folders and nested files go up parent first, with their names")
-    func nestedTreeUploads() async throws {
-        let h = try await Harness()
+    @Test("folders and nested files go up parent first, with their names", arguments: ServerSetup.allCases)
+    func nestedTreeUploads(_ server: ServerSetup) async throws {
+        let h = try await Harness(server)
         defer { h.close() }
         let a = try h.mkdir("a")
         let b = try h.mkdir("b", in: a)
@@ -192,9 +192,9 @@ struct UploadTests {
         }
     }
 
-    @Test("safe save: a temp file renamed over an uploaded file becomes its next revision, same id")
-    func safeSave() async throws {
-        let h = try await Harness()
+    @Test("safe save: a temp file renamed over an uploaded file becomes its next revision, same id", arguments: ServerSetup.allCases)
+    func safeSave(_ server: ServerSetup) async throws {
+        let h = try await Harness(server)
         defer { h.close() }
         let v1 = Array("version one".utf8)
         let v2 = Array("version two, saved by an editor".utf8)
@@ -220,16 +220,17 @@ struct UploadTests {
             #expect(now.id == original.id)
             #expect(now.revision != original.revision)
             #expect(now.digest == sha(v2))
-            #expect(try await h.remote.tree().count == 1, "no temp file on the server: \(try await h.remote.tree())")
+            let serverTree = try await h.remote.tree()
+            #expect(serverTree.count == 1, "no temp file on the server: \(serverTree)")
             try await eventually("the echo to be applied") { try await h.caughtUp() }
             #expect(sha(try await h.read(saved)) == sha(v2))
             #expect(try h.xattr(saved, "user.ubiq.isUploaded") == "1")
         }
     }
 
-    @Test("rename, move and delete of uploaded items reach the server")
-    func metadataChangesReachServer() async throws {
-        let h = try await Harness()
+    @Test("rename, move and delete of uploaded items reach the server", arguments: ServerSetup.allCases)
+    func metadataChangesReachServer(_ server: ServerSetup) async throws {
+        let h = try await Harness(server)
         defer { h.close() }
         let folder = try h.mkdir("folder")
         try h.writeNewFile("a.txt", Array("a".utf8))

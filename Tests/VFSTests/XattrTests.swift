@@ -198,9 +198,9 @@ struct XattrTests {
         #expect(try await h.read(ino) == content)
     }
 
-    @Test("user.xdg.tags: set, get, list, remove, and each change is queued for an uploaded item")
-    func userAttributeRoundTrip() async throws {
-        let h = try await Harness()
+    @Test("user.xdg.tags: set, get, list, remove, and each change is queued for an uploaded item", arguments: ServerSetup.allCases)
+    func userAttributeRoundTrip(_ server: ServerSetup) async throws {
+        let h = try await Harness(server)
         defer { h.close() }
         let ino = try h.writeNewFile("tagged.txt", Array("x".utf8))
         try await h.running {
@@ -245,9 +245,9 @@ struct XattrTests {
         }
     }
 
-    @Test("another device's attributes arrive, and reading them starts no download")
-    func remoteAttributes() async throws {
-        let h = try await Harness()
+    @Test("another device's attributes arrive, and reading them starts no download", arguments: ServerSetup.allCases)
+    func remoteAttributes(_ server: ServerSetup) async throws {
+        let h = try await Harness(server)
         defer { h.close() }
         try await h.running {
             let file = try await h.remote.otherDevice.createFile("r.txt", content: pattern(5000))
