@@ -156,7 +156,7 @@ public final class FaultInjectingRemote: RemoteStore, Sendable {
     }
 
     /// Every later call of `operation` is carried out (committed, pushed to the streams), and
-    /// its answer then waits until the gate opens: the push stream overtakes it, as it may on
+    /// its answer (a refusal too) then waits until the gate opens: the push stream overtakes it, as it may on
     /// a loaded machine. `gate.arrivals` tells how many answers wait.
     @discardableResult
     public func holdAnswers(_ operation: Operation) -> CallGate {
@@ -351,7 +351,7 @@ public final class FaultInjectingRemote: RemoteStore, Sendable {
         defer { answer(.createItem) }
         stage("create started")
         if request.content != nil { try consumeUpload() }
-        return try await delivered(.createItem, try await base.createItem(request))
+        return try await delivered(.createItem) { try await base.createItem(request) }
     }
 
     /// A batch whose inline contents run out of `failUploadsAfter` fails as a connection
@@ -370,57 +370,57 @@ public final class FaultInjectingRemote: RemoteStore, Sendable {
             if sent > 0 { _ = try await base.createItems(Array(requests.prefix(sent))) }
             throw Self.uploadDropped
         }
-        return try await delivered(.createItems, try await base.createItems(requests))
+        return try await delivered(.createItems) { try await base.createItems(requests) }
     }
 
     public func updateContent(_ id: ItemID, _ request: UpdateContentRequest) async throws -> ItemMetadata {
         try await enter(.updateContent)
         defer { answer(.updateContent) }
         if request.content != nil { try consumeUpload() }
-        return try await delivered(.updateContent, try await base.updateContent(id, request))
+        return try await delivered(.updateContent) { try await base.updateContent(id, request) }
     }
 
     public func updateItem(_ id: ItemID, _ request: UpdateItemRequest) async throws -> ItemMetadata {
         try await enter(.updateItem)
         defer { answer(.updateItem) }
-        return try await delivered(.updateItem, try await base.updateItem(id, request))
+        return try await delivered(.updateItem) { try await base.updateItem(id, request) }
     }
 
     public func deleteItem(_ id: ItemID, base revision: Revision, recursive: Bool) async throws -> [ItemMetadata] {
         try await enter(.deleteItem)
         defer { answer(.deleteItem) }
-        return try await delivered(.deleteItem, try await base.deleteItem(id, base: revision, recursive: recursive))
+        return try await delivered(.deleteItem) { try await base.deleteItem(id, base: revision, recursive: recursive) }
     }
 
     public func setXattrs(_ id: ItemID, _ request: SetXattrsRequest) async throws -> ItemMetadata {
         try await enter(.setXattrs)
         defer { answer(.setXattrs) }
-        return try await delivered(.setXattrs, try await base.setXattrs(id, request))
+        return try await delivered(.setXattrs) { try await base.setXattrs(id, request) }
     }
 
     public func addConflictVersion(_ id: ItemID, _ request: AddConflictVersionRequest) async throws -> ItemMetadata {
         try await enter(.addConflictVersion)
         defer { answer(.addConflictVersion) }
         if request.content != nil { try consumeUpload() }
-        return try await delivered(.addConflictVersion, try await base.addConflictVersion(id, request))
+        return try await delivered(.addConflictVersion) { try await base.addConflictVersion(id, request) }
     }
 
     public func resolveConflicts(_ id: ItemID, _ request: ResolveConflictsRequest) async throws -> ItemMetadata {
         try await enter(.resolveConflicts)
         defer { answer(.resolveConflicts) }
-        return try await delivered(.resolveConflicts, try await base.resolveConflicts(id, request))
+        return try await delivered(.resolveConflicts) { try await base.resolveConflicts(id, request) }
     }
 
     public func earlierVersions(of id: ItemID) async throws -> [EarlierVersion] {
         try await enter(.earlierVersions)
         defer { answer(.earlierVersions) }
-        return try await delivered(.earlierVersions, try await base.earlierVersions(of: id))
+        return try await delivered(.earlierVersions) { try await base.earlierVersions(of: id) }
     }
 
     public func restore(_ id: ItemID, _ request: RestoreRequest) async throws -> ItemMetadata {
         try await enter(.restore)
         defer { answer(.restore) }
-        return try await delivered(.restore, try await base.restore(id, request))
+        return try await delivered(.restore) { try await base.restore(id, request) }
     }
 
     public func whoami() async throws -> WhoAmI {
@@ -432,19 +432,19 @@ public final class FaultInjectingRemote: RemoteStore, Sendable {
     public func keyValues(since: Int64) async throws -> KeyValuePage {
         try await enter(.keyValues)
         defer { answer(.keyValues) }
-        return try await delivered(.keyValues, try await base.keyValues(since: since))
+        return try await delivered(.keyValues) { try await base.keyValues(since: since) }
     }
 
     public func setKeyValue(_ key: String, json: Data) async throws -> Int64 {
         try await enter(.setKeyValue)
         defer { answer(.setKeyValue) }
-        return try await delivered(.setKeyValue, try await base.setKeyValue(key, json: json))
+        return try await delivered(.setKeyValue) { try await base.setKeyValue(key, json: json) }
     }
 
     public func removeKeyValue(_ key: String) async throws -> Int64 {
         try await enter(.removeKeyValue)
         defer { answer(.removeKeyValue) }
-        return try await delivered(.removeKeyValue, try await base.removeKeyValue(key))
+        return try await delivered(.removeKeyValue) { try await base.removeKeyValue(key) }
     }
 
     // MARK: Plumbing
@@ -493,14 +493,17 @@ public final class FaultInjectingRemote: RemoteStore, Sendable {
     /// Where the calls not yet answered are (see `callsInFlight`).
     public var unansweredStages: String { state.withLock { $0.stages.values.sorted().joined(separator: ", ") } }
 
-    /// Waits at the operation's answer gate, if any, then `deliver`.
-    func delivered<T>(_ operation: Operation, _ result: T) async throws -> T {
+    /// Makes the call, waits at the operation's answer gate (a refusal too is an answer that
+    /// can come late), then `deliver`.
+    func delivered<T>(_ operation: Operation, _ call: () async throws -> T) async throws -> T {
+        let result: Result<T, any Error>
+        do { result = .success(try await call()) } catch { result = .failure(error) }
         stage("\(operation.rawValue) done, to be delivered")
         if let gate = state.withLock({ $0.answerGates[operation] }) { await gate.pass() }
         stage("\(operation.rawValue) answer pausing")
         await jitterPause("\(operation.rawValue) answer")
         stage("\(operation.rawValue) answer paused")
-        return try deliver(operation, result)
+        return try deliver(operation, try result.get())
     }
 
     /// Throws when the answer of this (already carried out) call is to be lost.
