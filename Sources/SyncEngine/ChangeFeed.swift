@@ -208,9 +208,16 @@ extension SyncEngine {
             effects.events.append(MountEvent(.deleted, path: path))
             return
         }
-        // Deleted here, and the deletion is still on its way: the server's older state must not
-        // bring it back (nor push a new local item of the same name aside).
-        if local == nil, try batch.mayHold(.queuedDeletes, r), try r.hasPendingDelete(of: remote.id) { return }
+        // Deleted here, and the deletion is still on its way: the server's state must not bring
+        // it back (nor push a new local item of the same name aside). It is held: should the
+        // deletion be refused, the item comes back from the refusal's state, which may be older
+        // than this (`OutboxDispatch.sendDelete`).
+        if local == nil, try batch.mayHold(.queuedDeletes, r), try r.hasPendingDelete(of: remote.id) {
+            if try r.heldChange(of: remote.id).map({ remote.revision.isNewer(than: $0.revision) }) ?? true {
+                try w.holdChange(remote.id, revision: remote.revision, json: try JSONEncoder().encode(change))
+            }
+            return
+        }
         if local == nil, try batch.mayHold(.tombstones, r), let gone = try r.tombstone(of: remote.id), !remote.revision.isNewer(than: gone) { return }
         guard let parentID = remote.parentID, let parent = try r.folderPlace(id: parentID) else {
             // The parent has not arrived yet; it will (the log holds its latest state).

@@ -636,6 +636,35 @@ struct ConflictTests {
         }
     }
 
+    /// Seed 20261218: the refusal carried the server's state when it was made; another
+    /// device's change that came through the feed while the refusal was on its way was dropped
+    /// (the item was deleted here, its deletion queued), and the item came back a version behind.
+    @Test("a deletion refused for another device's edit brings the item back as new as the server's latest, also when a change came while the refusal travelled")
+    func aRefusedDeletionRestoresTheLatestVersion() async throws {
+        let h = try await Harness()
+        defer { h.close() }
+        let file = try await h.remote.otherDevice.createFile("f.txt", content: Array("one".utf8))
+        try await h.running {
+            _ = try await h.appeared("/f.txt")
+            // The deletion goes from revision one; the server has moved on when it arrives.
+            let call = h.remote.hold(.deleteItem)
+            try h.fs.unlink(parent: rootIno, name: n("f.txt"))
+            try await eventually("the deletion to be sent") { call.arrivals == 1 }
+            try await h.remote.otherDevice.updateContent(file.id, to: Array("two".utf8))
+            try await eventually("the feed to pass the edit") { try await h.caughtUp() }
+            // Refused with the server's state of now; a newer one comes while that answer travels.
+            let answer = h.remote.holdAnswers(.deleteItem)
+            call.open()
+            try await eventually("the refusal to be made") { answer.arrivals == 1 }
+            let latest = try await h.remote.otherDevice.updateContent(file.id, to: Array("three".utf8))
+            try await eventually("the feed to pass the newer edit") { try await h.caughtUp() }
+            answer.open()
+            try await eventually("the item to come back") { try h.outbox().isEmpty && h.children() == ["f.txt"] }
+            try await eventually("the item to be at the server's latest revision") { try h.local(h.requireIno("/f.txt"))?.revision == latest.revision }
+            #expect(try await h.read(try h.requireIno("/f.txt")) == Array("three".utf8))
+        }
+    }
+
     /// `lookupFails`: the link drops as the mount asks the server whether the moved item is
     /// still there (seed 20261201: taken for "gone", the item was made anew, and the server's
     /// own stayed in its old place, which this device no longer showed).

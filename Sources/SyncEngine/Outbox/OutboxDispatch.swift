@@ -1,3 +1,4 @@
+import Foundation
 import ItemModel
 import LocalState
 import Logging
@@ -195,10 +196,14 @@ extension SyncEngine {
         do {
             let tombstones = try await remote.deleteItem(id, base: base, recursive: false)
             try store.write { w in
-                for t in tombstones { try w.addTombstone(t.id, revision: t.revision) }
+                for t in tombstones {
+                    try w.addTombstone(t.id, revision: t.revision)
+                    try w.dropHeldChange(t.id)
+                }
             }
             return .done
         } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
+            try store.write { try $0.dropHeldChange(id) }
             return .done
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict || code == .folderNotEmpty {
             // Edit (or a new child) versus delete: the edit wins and the item comes back.
@@ -210,6 +215,13 @@ extension SyncEngine {
                 // keep the item away.
                 try w.dequeue(entry.seq)
                 try applyLocked(ItemChange(cursor: .start, kind: .upsert, item: item), w, &effects)
+                // A change the feed held while the refusal travelled is newer than its state.
+                if let held = try w.reader.heldChange(of: id) {
+                    try w.dropHeldChange(id)
+                    if held.revision.isNewer(than: item.revision) {
+                        try applyLocked(try JSONDecoder().decode(ItemChange.self, from: held.json), w, &effects)
+                    }
+                }
                 return effects
             }
             observer.invalidate(effects.invalidations)
