@@ -233,7 +233,8 @@ struct ControlServer {
             mountpoint: configuration.mountpoint, server: configuration.serverURL, account: configuration.account,
             container: configuration.container.rawValue, device: configuration.deviceName, connected: s.connected,
             lastError: s.lastError, pendingUploads: s.pendingUploads, activeDownloads: s.activeDownloads,
-            cachedBytes: s.cachedBytes, cacheLimit: s.cacheLimit, items: s.itemCount, hasWholeTree: s.hasWholeTree)
+            cachedBytes: s.cachedBytes, cacheLimit: s.cacheLimit, items: s.itemCount, hasWholeTree: s.hasWholeTree,
+            logFile: DaemonLog(path: configuration.logFile).file)
     }
 
     /// Waits (bounded) until the outbox is empty; says what is still pending.

@@ -13,6 +13,7 @@ import VFS
 /// answers from whichever thread has the answer (see `FileSystem`'s answering entry points).
 struct FuseBridge: FileSystemHandler {
     let fs: FileSystem
+    let failures: FailureLog
 
     /// Long kernel caches make `stat` and `ls` run at native speed; remote changes invalidate
     /// the affected entries explicitly (KernelInvalidator).
@@ -48,13 +49,13 @@ struct FuseBridge: FileSystemHandler {
             } else {
                 reply.negative(timeout: Self.entryTimeout)
             }
-        } catch { reply.error(error.errno) }
+        } catch { reply.error(failures.errno(.lookup, parent, error)) }
     }
 
     func forget(ino: UInt64, lookups: UInt64) { fs.forget(Int64(ino)) }
 
     func getattr(ino: UInt64, handle: UInt64?, context: RequestContext, reply: consuming AttrReply) {
-        do { reply.attributes(fileAttributes(try fs.attributes(Int64(ino))), timeout: Self.attributeTimeout) } catch { reply.error(error.errno) }
+        do { reply.attributes(fileAttributes(try fs.attributes(Int64(ino))), timeout: Self.attributeTimeout) } catch { reply.error(failures.errno(.getattr, ino, error)) }
     }
 
     func setattr(ino: UInt64, changes: AttributeChanges, handle: UInt64?, context: RequestContext, reply: consuming AttrReply) {
@@ -67,37 +68,37 @@ struct FuseBridge: FileSystemHandler {
             guard let reply = pending.take() else { return }
             switch result {
             case .success(let a): reply.attributes(bridge.fileAttributes(a), timeout: Self.attributeTimeout)
-            case .failure(let error): reply.error(error.errno)
+            case .failure(let error): reply.error(failures.errno(.setattr, ino, error))
             }
         }
     }
 
     func readlink(ino: UInt64, context: RequestContext, reply: consuming ReadlinkReply) {
-        do { reply.target(try fs.readlink(Int64(ino))) } catch { reply.error(error.errno) }
+        do { reply.target(try fs.readlink(Int64(ino))) } catch { reply.error(failures.errno(.readlink, ino, error)) }
     }
 
     func mknod(parent: UInt64, name: [UInt8], mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
         do {
             reply.entry(entry(try fs.makeNode(parent: Int64(parent), name: name, mode: mode, uid: context.uid, gid: context.gid)))
-        } catch { reply.error(error.errno) }
+        } catch { reply.error(failures.errno(.mknod, parent, error)) }
     }
 
     func mkdir(parent: UInt64, name: [UInt8], mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
         do {
             reply.entry(entry(try fs.makeDirectory(parent: Int64(parent), name: name, mode: mode, uid: context.uid, gid: context.gid)))
-        } catch { reply.error(error.errno) }
+        } catch { reply.error(failures.errno(.mkdir, parent, error)) }
     }
 
     func unlink(parent: UInt64, name: [UInt8], context: RequestContext, reply: consuming StatusReply) {
-        do { try fs.unlink(parent: Int64(parent), name: name); reply.success() } catch { reply.error(error.errno) }
+        do { try fs.unlink(parent: Int64(parent), name: name); reply.success() } catch { reply.error(failures.errno(.unlink, parent, error)) }
     }
 
     func rmdir(parent: UInt64, name: [UInt8], context: RequestContext, reply: consuming StatusReply) {
-        do { try fs.removeDirectory(parent: Int64(parent), name: name); reply.success() } catch { reply.error(error.errno) }
+        do { try fs.removeDirectory(parent: Int64(parent), name: name); reply.success() } catch { reply.error(failures.errno(.rmdir, parent, error)) }
     }
 
     func symlink(target: [UInt8], parent: UInt64, name: [UInt8], context: RequestContext, reply: consuming EntryReply) {
-        do { reply.entry(entry(try fs.symlink(target: target, parent: Int64(parent), name: name))) } catch { reply.error(error.errno) }
+        do { reply.entry(entry(try fs.symlink(target: target, parent: Int64(parent), name: name))) } catch { reply.error(failures.errno(.symlink, parent, error)) }
     }
 
     func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: RenameFlags, context: RequestContext, reply: consuming StatusReply) {
@@ -105,17 +106,18 @@ struct FuseBridge: FileSystemHandler {
             try fs.rename(parent: Int64(parent), name: name, newParent: Int64(newParent), newName: newName,
                           noReplace: flags.contains(.noReplace), exchange: flags.contains(.exchange), whiteout: flags.contains(.whiteout))
             reply.success()
-        } catch { reply.error(error.errno) }
+        } catch { reply.error(failures.errno(.rename, parent, error)) }
     }
 
     func link(ino: UInt64, newParent: UInt64, newName: [UInt8], context: RequestContext, reply: consuming EntryReply) {
-        do { reply.entry(entry(try fs.link(Int64(ino), newParent: Int64(newParent), newName: newName))) } catch { reply.error(error.errno) }
+        do { reply.entry(entry(try fs.link(Int64(ino), newParent: Int64(newParent), newName: newName))) } catch { reply.error(failures.errno(.link, ino, error)) }
     }
 
     func open(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
         let pending = PendingOpen(reply)
         let fs = self.fs
-        fs.open(Int64(ino), flags: flags) { pending.answer($0, fs) }
+        let failures = self.failures
+        fs.open(Int64(ino), flags: flags) { pending.answer($0, fs, failures.for(.open, ino)) }
     }
 
     static func answer(_ reply: consuming OpenReply, _ opened: FileSystem.Opened, _ fs: FileSystem) {
@@ -131,12 +133,13 @@ struct FuseBridge: FileSystemHandler {
         do {
             let opened = try fs.createFile(parent: Int64(parent), name: name, mode: mode, flags: flags, uid: context.uid, gid: context.gid)
             if !reply.created(entry(opened.attributes), handle: opened.handle) { fs.release(opened.handle) }
-        } catch { reply.error(error.errno) }
+        } catch { reply.error(failures.errno(.create, parent, error)) }
     }
 
     func read(ino: UInt64, handle: UInt64, offset: Int64, size: Int, context: RequestContext, reply: consuming ReadReply) {
         let pending = PendingRead(reply)
-        fs.read(handle, offset: offset, size: size) { pending.answer($0) }
+        let failures = self.failures
+        fs.read(handle, offset: offset, size: size) { pending.answer($0, failures.for(.read, ino)) }
     }
 
     static func answer(_ reply: consuming ReadReply, _ result: FileSystem.ReadResult) {
@@ -154,11 +157,11 @@ struct FuseBridge: FileSystemHandler {
     }
 
     func write(ino: UInt64, handle: UInt64, offset: Int64, data: [UInt8], isWritepage: Bool, context: RequestContext, reply: consuming WriteReply) {
-        do { reply.written(try fs.write(handle, offset: offset, data: data, fromPages: isWritepage)) } catch { reply.error(error.errno) }
+        do { reply.written(try fs.write(handle, offset: offset, data: data, fromPages: isWritepage)) } catch { reply.error(failures.errno(.write, ino, error)) }
     }
 
     func flush(ino: UInt64, handle: UInt64, lockOwner: UInt64, context: RequestContext, reply: consuming StatusReply) {
-        do { try fs.flush(handle); reply.success() } catch { reply.error(error.errno) }
+        do { try fs.flush(handle); reply.success() } catch { reply.error(failures.errno(.flush, ino, error)) }
     }
 
     func release(ino: UInt64, handle: UInt64, flags: Int32, context: RequestContext, reply: consuming StatusReply) {
@@ -167,7 +170,7 @@ struct FuseBridge: FileSystemHandler {
     }
 
     func fsync(ino: UInt64, handle: UInt64, dataOnly: Bool, context: RequestContext, reply: consuming StatusReply) {
-        do { try fs.fsync(handle); reply.success() } catch { reply.error(error.errno) }
+        do { try fs.fsync(handle); reply.success() } catch { reply.error(failures.errno(.fsync, ino, error)) }
     }
 
     func opendir(ino: UInt64, flags: Int32, context: RequestContext, reply: consuming OpenReply) {
@@ -179,7 +182,7 @@ struct FuseBridge: FileSystemHandler {
         do {
             let handle = try fs.openDirectory(Int64(ino))
             if !reply.opened(handle: handle, options: [.cacheDirectory, .keepCache]) { fs.closeDirectory(handle) }
-        } catch { reply.error(error.errno) }
+        } catch { reply.error(failures.errno(.opendir, ino, error)) }
     }
 
     func readdir(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryReply) {
@@ -191,7 +194,7 @@ struct FuseBridge: FileSystemHandler {
                 if !reply.add(name: Array(e.name.utf8), ino: UInt64(e.attributes.ino), type: e.attributes.kind == .folder ? .directory : .regular, nextOffset: Int64(index)) { break }
             }
             reply.send()
-        } catch { reply.error(error.errno) }
+        } catch { reply.error(failures.errno(.readdir, ino, error)) }
     }
 
     func readdirplus(ino: UInt64, handle: UInt64, offset: Int64, context: RequestContext, reply: consuming DirectoryPlusReply) {
@@ -203,7 +206,7 @@ struct FuseBridge: FileSystemHandler {
                 if !reply.add(name: Array(e.name.utf8), entry: entry(e.attributes), nextOffset: Int64(index)) { break }
             }
             reply.send()
-        } catch { reply.error(error.errno) }
+        } catch { reply.error(failures.errno(.readdirplus, ino, error)) }
     }
 
     func releasedir(ino: UInt64, handle: UInt64, context: RequestContext, reply: consuming StatusReply) {
@@ -227,21 +230,21 @@ struct FuseBridge: FileSystemHandler {
         do {
             try fs.setXattr(Int64(ino), name: n, value: value, create: flags.contains(.create), replace: flags.contains(.replace))
             reply.success()
-        } catch { reply.error(error.errno) }
+        } catch { reply.error(failures.errno(.setxattr, ino, error)) }
     }
 
     func getxattr(ino: UInt64, name: [UInt8], context: RequestContext, reply: consuming XattrReply) {
         guard let n = String(validating: name, as: UTF8.self) else { return reply.error(ENODATA) }
-        do { reply.value(try fs.getXattr(Int64(ino), name: n)) } catch { reply.error(error.errno) }
+        do { reply.value(try fs.getXattr(Int64(ino), name: n)) } catch { reply.error(failures.errno(.getxattr, ino, error)) }
     }
 
     func listxattr(ino: UInt64, context: RequestContext, reply: consuming XattrReply) {
-        do { reply.names(try fs.listXattrs(Int64(ino)).map { Array($0.utf8) }) } catch { reply.error(error.errno) }
+        do { reply.names(try fs.listXattrs(Int64(ino)).map { Array($0.utf8) }) } catch { reply.error(failures.errno(.listxattr, ino, error)) }
     }
 
     func removexattr(ino: UInt64, name: [UInt8], context: RequestContext, reply: consuming StatusReply) {
         guard let n = String(validating: name, as: UTF8.self) else { return reply.error(ENODATA) }
-        do { try fs.removeXattr(Int64(ino), name: n); reply.success() } catch { reply.error(error.errno) }
+        do { try fs.removeXattr(Int64(ino), name: n); reply.success() } catch { reply.error(failures.errno(.removexattr, ino, error)) }
     }
 }
 
@@ -259,21 +262,21 @@ typealias PendingOpen = PendingReply<OpenReply>
 typealias PendingAttributes = PendingReply<AttrReply>
 
 extension PendingReply where Reply == ReadReply {
-    func answer(_ result: Result<FileSystem.ReadResult, FSError>) {
+    func answer(_ result: Result<FileSystem.ReadResult, FSError>, _ failed: (FSError) -> Int32) {
         guard let reply = take() else { return }
         switch result {
         case .success(let ready): FuseBridge.answer(reply, ready)
-        case .failure(let error): reply.error(error.errno)
+        case .failure(let error): reply.error(failed(error))
         }
     }
 }
 
 extension PendingReply where Reply == OpenReply {
-    func answer(_ result: Result<FileSystem.Opened, FSError>, _ fs: FileSystem) {
+    func answer(_ result: Result<FileSystem.Opened, FSError>, _ fs: FileSystem, _ failed: (FSError) -> Int32) {
         guard let reply = take() else { return }
         switch result {
         case .success(let opened): FuseBridge.answer(reply, opened, fs)
-        case .failure(let error): reply.error(error.errno)
+        case .failure(let error): reply.error(failed(error))
         }
     }
 }

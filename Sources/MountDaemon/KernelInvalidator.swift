@@ -31,7 +31,27 @@ final class KernelInvalidator: MountObserver, Service {
         sink.yield(invalidations)
     }
 
-    func event(_ event: MountEvent, keep: Bool) { events.publish(event, keep: keep) }
+    func event(_ event: MountEvent, keep: Bool) {
+        if let level = Self.logLevel(of: event.kind) {
+            var metadata: Logger.Metadata = ["event": "\(event.kind.rawValue)"]
+            if let path = event.path { metadata["path"] = "\(path)" }
+            if let from = event.from { metadata["from"] = "\(from)" }
+            if let detail = event.detail { metadata["detail"] = "\(detail)" }
+            logger.log(level: level, "mount event", metadata: metadata)
+        }
+        events.publish(event, keep: keep)
+    }
+
+    /// What goes into the log: each failed transfer, conflict, settled clash, error, change of
+    /// connection and of account is one line; the ordinary flow of changes only at debug.
+    static func logLevel(of kind: MountEventKind) -> Logger.Level? {
+        switch kind {
+        case .uploadFailed, .downloadFailed, .error, .accountChange: .warning
+        case .conflictAppeared, .conflictResolved, .reconciled, .online, .offline: .notice
+        case .created, .changed, .renamed, .deleted, .uploadStarted, .uploaded, .downloadStarted, .downloaded, .evicted: .debug
+        case .uploadProgress, .downloadProgress: nil
+        }
+    }
 
     func run() async throws {
         await cancelWhenGracefulShutdown {

@@ -23,6 +23,8 @@ public struct MountConfiguration: Sendable {
     public var deviceName: String
     public var cacheLimit: Int64?
     public var logLevel: Logger.Level
+    /// The log file's size at which it is set aside (`DaemonLog`).
+    public var logSize: Int64 = DaemonLog.defaultSize
     /// Let other users in (FUSE admits only the mounting user otherwise); modes still apply.
     public var allowOther: Bool
     /// A newer token for the same server and account, when the server refuses this one (see
@@ -54,6 +56,9 @@ public struct MountConfiguration: Sendable {
     }
 
     public var controlSocket: String { "\(cacheDirectory)/control.sock" }
+
+    /// Where a daemon started by `ubiq mount` logs (see `DaemonLog`).
+    public var logFile: String { "\(cacheDirectory)/daemon.log" }
 }
 
 extension SyncHTTPClient: RemoteStore {}
@@ -142,7 +147,7 @@ public enum MountDaemon {
         engine.dropLeftoverContent()
         let mount: FuseMount
         do {
-            mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs))
+            mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs, failures: FailureLog(logger: logger)))
         } catch {
             throw MountDaemonError.setup("cannot mount \(configuration.mountpoint): \(error)")
         }
@@ -152,7 +157,7 @@ public enum MountDaemon {
         let watcher = MountWatcher(mount: mount, events: events, logger: logger)
         let control = ControlServer(engine: engine, fs: fs, configuration: configuration, events: events) { watcher.requestUnmount() }
         let services: [any Service] = [
-            watcher, engine.changeFeed, engine.outbox, engine.keyValueSender, engine.maintenance, invalidator,
+            watcher, engine.changeFeed, engine.outbox, engine.keyValueSender, engine.maintenance, invalidator, DaemonLog(path: configuration.logFile, limit: configuration.logSize),
             control.makeApplication(socketPath: configuration.controlSocket, logger: logger),
         ]
         let group = ServiceGroup(configuration: .init(

@@ -180,13 +180,16 @@ public struct MountStatusReport: Codable, Sendable, Equatable {
     /// The mount lists the container's whole tree (as of its last catch-up with the server):
     /// false on a fresh device until its first sync has ended.
     public var hasWholeTree: Bool
+    /// The daemon's log file; absent when it logs to a terminal or another standard error.
+    public var logFile: String?
 
     public init(
         mountpoint: String, server: String, account: String, container: String, device: String, connected: Bool,
         lastError: String?, pendingUploads: Int, activeDownloads: Int, cachedBytes: Int64, cacheLimit: Int64?, items: Int,
-        hasWholeTree: Bool
+        hasWholeTree: Bool, logFile: String?
     ) {
         self.hasWholeTree = hasWholeTree
+        self.logFile = logFile
         self.mountpoint = mountpoint
         self.server = server
         self.account = account

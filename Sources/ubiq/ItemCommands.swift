@@ -83,6 +83,7 @@ struct Status: AsyncParsableCommand {
                 print("downloads: \(report.activeDownloads) running")
                 print("cache:     \(report.cachedBytes) bytes\(report.cacheLimit.map { " of \($0)" } ?? "")")
                 print("items:     \(report.items)\(report.hasWholeTree ? "" : " (the first sync has not ended: the tree is not whole yet)")")
+                print("log:       \(report.logFile ?? "standard error of the daemon (started with --foreground)")")
             }
             return
         }

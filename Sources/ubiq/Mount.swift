@@ -22,11 +22,13 @@ struct Mount: AsyncParsableCommand {
     @Flag(help: "Return as soon as the mount answers, before a fresh device's first sync has brought the whole tree.") var noWait = false
     @Flag(help: "Let other users use the mount (needs root or user_allow_other in /etc/fuse.conf); file modes still apply.") var allowOther = false
     @Option(help: "Log level.") var logLevel: String = "info"
+    @Option(help: "Size at which the log file (daemon.log in the cache folder) is set aside as daemon.log.1, e.g. 10M; three are kept.") var logSize: String = "10M"
 
     func validate() throws {
         if let cacheSize, ByteCount.parse(cacheSize) == nil { throw ValidationError("--cache-size takes a size such as 500M or 10G") }
         do { _ = try ContainerID(container) } catch { throw ValidationError("--container: \(error)") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
+        guard ByteCount.parse(logSize) != nil else { throw ValidationError("--log-size takes a size such as 64K or 10M") }
         if let server, ServerURL.normalized(server) == nil { throw ValidationError(ServerURL.usage) }
     }
 
@@ -41,6 +43,7 @@ struct Mount: AsyncParsableCommand {
             container: try ContainerID(container), cacheDirectory: cacheDir,
             deviceName: device ?? ProcessInfo.processInfo.hostName, cacheLimit: cacheSize.flatMap(ByteCount.parse),
             logLevel: Logger.Level(rawValue: logLevel) ?? .info, allowOther: allowOther)
+        config.logSize = ByteCount.parse(logSize) ?? DaemonLog.defaultSize
         // `ubiq login` run again (a new password, an account added again) reaches a running
         // mount: the stored token is read again when the server refuses the one in use.
         config.freshToken = { [server = login.server, user = login.user] in
@@ -111,7 +114,7 @@ struct Mount: AsyncParsableCommand {
     /// terminal does not reach it) and waits until the mount answers.
     func startInBackground(_ config: MountConfiguration) async throws {
         try FileManager.default.createDirectory(atPath: config.cacheDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let log = config.cacheDirectory + "/daemon.log"
+        let log = config.logFile
         var arguments = CommandLine.arguments
         arguments[0] = "/proc/self/exe"
         arguments += ["--foreground", "--cache", config.cacheDirectory, "--device", config.deviceName]

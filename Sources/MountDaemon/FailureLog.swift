@@ -1,0 +1,35 @@
+import Glibc
+import Logging
+import VFS
+
+/// One log line per kernel request the mount fails, with the request, the node and the error.
+/// Left out are the answers that are no failure of the mount: ENOENT (a name looked up that
+/// is not there), ENODATA (an attribute asked for that is not set) and ERANGE (a caller
+/// probing the size of a buffer); these come by the thousand from `ls` and editors.
+struct FailureLog: Sendable {
+    enum Request: String, Sendable {
+        case lookup, getattr, setattr, readlink, mknod, mkdir, unlink, rmdir, symlink, rename, link
+        case open, create, read, write, flush, fsync, opendir, readdir, readdirplus
+        case setxattr, getxattr, listxattr, removexattr
+    }
+
+    static let notFailures: Set<Int32> = [ENOENT, ENODATA, ERANGE]
+
+    let logger: Logger
+
+    /// The errno to answer with, logged unless it is one of `notFailures`.
+    func errno(_ request: Request, _ node: UInt64, _ error: FSError) -> Int32 {
+        let code = error.errno
+        if !Self.notFailures.contains(code) {
+            logger.info("request failed", metadata: [
+                "request": "\(request.rawValue)", "item.ino": "\(node)", "errno": "\(code)", "error": "\(error)",
+            ])
+        }
+        return code
+    }
+
+    /// `errno` for a request answered later, from another thread.
+    func `for`(_ request: Request, _ node: UInt64) -> @Sendable (FSError) -> Int32 {
+        { error in errno(request, node, error) }
+    }
+}
