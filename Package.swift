@@ -5,7 +5,7 @@ import PackageDescription
 // Heavy dependencies have few importers: GRDB -> ServerStorage, LocalState and MetadataIndex
 // (the SQL functions of compiled queries), Hummingbird -> SyncServer and MountDaemon (the
 // control socket), AsyncHTTPClient -> SyncClient and TestSupport, ArgumentParser -> the
-// executables.
+// executables, Prometheus -> SyncServer and ubiq-server.
 let package = Package(
     name: "ubiq",
     platforms: [.macOS(.v14)],
@@ -23,6 +23,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", exact: "3.12.3"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
     ],
     targets: [
         .executableTarget(
@@ -38,6 +40,8 @@ let package = Package(
             dependencies: [
                 "SyncServer", "ServerStorage", "ItemModel", "DataFolderLock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -58,6 +62,8 @@ let package = Package(
             dependencies: [
                 "SyncService", "ServerStorage", "SyncAPI", "ItemModel",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),

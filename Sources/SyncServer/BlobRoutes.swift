@@ -52,7 +52,9 @@ extension SyncServer {
             // The client stopped sending before the end of its body.
             throw APIError(.invalidRequest, "the body ended before its declared length; nothing was stored")
         }
-        return try json(try await upload.finish(), status: .created)
+        let stored = try await upload.finish()
+        ContentBytes.received.increment(by: stored.size)
+        return try json(stored, status: .created)
     }
 
     /// Streams a blob, honouring a single `Range` and `If-Range` (by ETag, the digest).
@@ -101,6 +103,7 @@ extension SyncServer {
                 if got == 0 { throw APIError(.internalError, "content ended early") }
                 offset += Int64(got)
                 try await writer.write(buffer)
+                ContentBytes.sent.increment(by: got)
                 chunk = 1 << 20
             }
             try await writer.finish(nil)

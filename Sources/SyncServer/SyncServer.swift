@@ -1,4 +1,5 @@
 import Hummingbird
+import Prometheus
 import ItemModel
 import ServerStorage
 import SyncAPI
@@ -48,15 +49,22 @@ public struct SyncServer: Sendable {
         let digest: ContentDigest
     }
 
-    public init(storage: ServerStorage, configuration: SyncServerConfiguration = .init(), hub: ChangeHub = ChangeHub()) {
+    /// Where the process's metrics go (swift-metrics bootstrapped with it), served at
+    /// `/metrics`; nil: no such route.
+    let metrics: PrometheusCollectorRegistry?
+
+    public init(storage: ServerStorage, configuration: SyncServerConfiguration = .init(), hub: ChangeHub = ChangeHub(), metrics: PrometheusCollectorRegistry? = nil) {
         self.service = SyncService(storage: storage, hub: hub, maxUploadBytes: configuration.maxUploadBytes)
         self.configuration = configuration
+        self.metrics = metrics
         tokens = RecentAnswers(lifetime: configuration.recentAnswers)
         grants = RecentAnswers(lifetime: configuration.recentAnswers)
     }
 
     public func makeRouter() -> Router<ServerContext> {
         let router = Router(context: ServerContext.self)
+        // Outermost: it sees each answer as sent, refusals included.
+        if metrics != nil { router.add(middleware: MetricsMiddleware()) }
         router.add(middleware: ErrorMiddleware())
         router.add(middleware: AuthMiddleware(accounts: storage.accounts, recent: tokens))
 
@@ -67,6 +75,7 @@ public struct SyncServer: Sendable {
         addChangeRoutes(to: router)
         addKeyValueRoutes(to: router)
         addBlobRoutes(to: router)
+        addMetricsRoute(to: router)
         return router
     }
 }

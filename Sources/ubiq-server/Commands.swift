@@ -3,6 +3,8 @@ import DataFolderLock
 import Foundation
 import ItemModel
 import Logging
+import Metrics
+import Prometheus
 import ServerStorage
 import ServiceLifecycle
 import SyncAPI
@@ -165,7 +167,11 @@ struct Serve: AsyncParsableCommand {
         let storage = try data.openStorage()
         // A socket is made with the process's umask: only its user may connect to it (0700).
         if case .unixSocket = address { umask(0o077) }
-        let server = SyncServer(storage: storage, configuration: .init(maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds)))
+        // The process's metrics, served at /metrics.
+        let metrics = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: metrics))
+        let server = SyncServer(
+            storage: storage, configuration: .init(maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds)), metrics: metrics)
         let watchStdin = exitWithStdin
         let app = server.makeApplication(address: address, logger: logger) { bound in
             // Tests and scripts wait for this line (and read the port from it when listening on 0).
