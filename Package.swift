@@ -5,7 +5,7 @@ import PackageDescription
 // Heavy dependencies have few importers: GRDB -> ServerStorage, LocalState and MetadataIndex
 // (the SQL functions of compiled queries), Hummingbird -> SyncServer and MountDaemon (the
 // control socket), AsyncHTTPClient -> SyncClient and TestSupport, ArgumentParser -> the
-// executables, Prometheus -> SyncServer and ubiq-server.
+// executables, Prometheus -> SyncServer, ubiq-server and MountDaemon.
 let package = Package(
     name: "ubiq",
     platforms: [.macOS(.v14)],
@@ -52,6 +52,8 @@ let package = Package(
             name: "MountDaemon",
             dependencies: [
                 "MetadataIndex", "QueryLanguage", "VFS", "SyncEngine", "OpenFiles", "CacheFiles", "SyncClient", "LocalState", "FuseKit", "SyncAPI", "ItemModel", "PageCache",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -4,7 +4,7 @@
 //   struct MountOptions        fsName, subtype, allowOther, maxThreads, maxReadahead,
 //                              securityXattrs, debug (default_permissions is always on)
 //   final class FuseMount
-//     static func mount(at:options:handler:) throws(FuseError) -> FuseMount
+//     static func mount(at:options:handler:observer:) throws(FuseError) -> FuseMount
 //     func unmount(lazy:) throws(FuseError)
 //     func waitUntilEnded() async -> LoopEnd
 //     var end: LoopEnd?               nil while the loop runs
@@ -157,7 +157,7 @@ public final class FuseMount: Sendable {
     /// Mounts `handler` at `path` (an existing directory) and starts the request loop.
     /// Clear a mount left by a crashed daemon first with `MountRecovery.clearDeadMount`.
     public static func mount(
-        at path: String, options: MountOptions = MountOptions(), handler: some FileSystemHandler
+        at path: String, options: MountOptions = MountOptions(), handler: some FileSystemHandler, observer: (any RequestObserver)? = nil
     ) throws(FuseError) -> FuseMount {
         guard let resolved = realpath(path, nil) else {
             throw FuseError(.mount, errno: errno, "cannot resolve \(path)")
@@ -165,7 +165,7 @@ public final class FuseMount: Sendable {
         let mountpoint = String(cString: resolved)
         free(resolved)
 
-        let core = SessionCore(handler: handler, options: options)
+        let core = SessionCore(handler: handler, options: options, observer: observer)
         guard let session = createSession(core: core, options: options) else {
             throw FuseError(.createSession, errno: 0, "fuse_session_new rejected -o \(options.optionList)")
         }
@@ -257,6 +257,7 @@ final class SessionCore: @unchecked Sendable {
 
     let handler: any FileSystemHandler
     let options: MountOptions
+    let observer: (any RequestObserver)?
     /// The libfuse session; see the lifetime rule at the top of the file.
     var session: OpaquePointer?
 
@@ -271,9 +272,10 @@ final class SessionCore: @unchecked Sendable {
     }
     let state = Mutex(State())
 
-    init(handler: any FileSystemHandler, options: MountOptions) {
+    init(handler: any FileSystemHandler, options: MountOptions, observer: (any RequestObserver)?) {
         self.handler = handler
         self.options = options
+        self.observer = observer
     }
 
     var end: LoopEnd? { state.withLock { $0.end } }

@@ -72,7 +72,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         let core = SessionCore.of(req)
         core.handler.lookup(
             parent: parent, name: copyName(name), context: RequestContext(req),
-            reply: EntryReply(PendingRequest(req!, core)))
+            reply: EntryReply(PendingRequest(req!, core, .lookup)))
     }
 
     ops.forget = { req, ino, nlookup in
@@ -94,7 +94,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         let core = SessionCore.of(req)
         core.handler.getattr(
             ino: ino, handle: fi?.pointee.fh, context: RequestContext(req),
-            reply: AttrReply(PendingRequest(req!, core)))
+            reply: AttrReply(PendingRequest(req!, core, .getattr)))
     }
 
     ops.setattr = { req, ino, attr, toSet, fi in
@@ -102,12 +102,12 @@ func makeOperations() -> fuse_lowlevel_ops {
         let changes = attr.map { AttributeChanges($0.pointee, toSet: toSet) } ?? AttributeChanges()
         core.handler.setattr(
             ino: ino, changes: changes, handle: fi?.pointee.fh, context: RequestContext(req),
-            reply: AttrReply(PendingRequest(req!, core)))
+            reply: AttrReply(PendingRequest(req!, core, .setattr)))
     }
 
     ops.readlink = { req, ino in
         let core = SessionCore.of(req)
-        core.handler.readlink(ino: ino, context: RequestContext(req), reply: ReadlinkReply(PendingRequest(req!, core)))
+        core.handler.readlink(ino: ino, context: RequestContext(req), reply: ReadlinkReply(PendingRequest(req!, core, .readlink)))
     }
 
     ops.mknod = { req, parent, name, mode, _ in
@@ -120,35 +120,35 @@ func makeOperations() -> fuse_lowlevel_ops {
         let core = SessionCore.of(req)
         core.handler.mknod(
             parent: parent, name: copyName(name), mode: UInt32(mode) & 0o7777, context: RequestContext(req),
-            reply: EntryReply(PendingRequest(req!, core)))
+            reply: EntryReply(PendingRequest(req!, core, .mknod)))
     }
 
     ops.mkdir = { req, parent, name, mode in
         let core = SessionCore.of(req)
         core.handler.mkdir(
             parent: parent, name: copyName(name), mode: UInt32(mode) & 0o7777, context: RequestContext(req),
-            reply: EntryReply(PendingRequest(req!, core)))
+            reply: EntryReply(PendingRequest(req!, core, .mkdir)))
     }
 
     ops.unlink = { req, parent, name in
         let core = SessionCore.of(req)
         core.handler.unlink(
             parent: parent, name: copyName(name), context: RequestContext(req),
-            reply: StatusReply(PendingRequest(req!, core)))
+            reply: StatusReply(PendingRequest(req!, core, .unlink)))
     }
 
     ops.rmdir = { req, parent, name in
         let core = SessionCore.of(req)
         core.handler.rmdir(
             parent: parent, name: copyName(name), context: RequestContext(req),
-            reply: StatusReply(PendingRequest(req!, core)))
+            reply: StatusReply(PendingRequest(req!, core, .rmdir)))
     }
 
     ops.symlink = { req, link, parent, name in
         let core = SessionCore.of(req)
         core.handler.symlink(
             target: copyName(link), parent: parent, name: copyName(name), context: RequestContext(req),
-            reply: EntryReply(PendingRequest(req!, core)))
+            reply: EntryReply(PendingRequest(req!, core, .symlink)))
     }
 
     ops.rename = { req, parent, name, newParent, newName, flags in
@@ -156,35 +156,35 @@ func makeOperations() -> fuse_lowlevel_ops {
         core.handler.rename(
             parent: parent, name: copyName(name), newParent: newParent, newName: copyName(newName),
             flags: RenameFlags(rawValue: flags), context: RequestContext(req),
-            reply: StatusReply(PendingRequest(req!, core)))
+            reply: StatusReply(PendingRequest(req!, core, .rename)))
     }
 
     ops.link = { req, ino, newParent, newName in
         let core = SessionCore.of(req)
         core.handler.link(
             ino: ino, newParent: newParent, newName: copyName(newName), context: RequestContext(req),
-            reply: EntryReply(PendingRequest(req!, core)))
+            reply: EntryReply(PendingRequest(req!, core, .link)))
     }
 
     ops.open = { req, ino, fi in
         let core = SessionCore.of(req)
         core.handler.open(
             ino: ino, flags: fi?.pointee.flags ?? 0, context: RequestContext(req),
-            reply: OpenReply(PendingRequest(req!, core)))
+            reply: OpenReply(PendingRequest(req!, core, .open)))
     }
 
     ops.create = { req, parent, name, mode, fi in
         let core = SessionCore.of(req)
         core.handler.create(
             parent: parent, name: copyName(name), mode: UInt32(mode), flags: fi?.pointee.flags ?? 0,
-            context: RequestContext(req), reply: CreateReply(PendingRequest(req!, core)))
+            context: RequestContext(req), reply: CreateReply(PendingRequest(req!, core, .create)))
     }
 
     ops.read = { req, ino, size, offset, fi in
         let core = SessionCore.of(req)
         core.handler.read(
             ino: ino, handle: fi?.pointee.fh ?? 0, offset: Int64(offset), size: size,
-            context: RequestContext(req), reply: ReadReply(PendingRequest(req!, core)))
+            context: RequestContext(req), reply: ReadReply(PendingRequest(req!, core, .read)))
     }
 
     ops.write = { req, ino, buf, size, offset, fi in
@@ -192,68 +192,68 @@ func makeOperations() -> fuse_lowlevel_ops {
         core.handler.write(
             ino: ino, handle: fi?.pointee.fh ?? 0, offset: Int64(offset), data: copyBytes(buf, size),
             isWritepage: fi?.pointee.writepage == 1, context: RequestContext(req),
-            reply: WriteReply(PendingRequest(req!, core)))
+            reply: WriteReply(PendingRequest(req!, core, .write)))
     }
 
     ops.flush = { req, ino, fi in
         let core = SessionCore.of(req)
         core.handler.flush(
             ino: ino, handle: fi?.pointee.fh ?? 0, lockOwner: fi?.pointee.lock_owner ?? 0,
-            context: RequestContext(req), reply: StatusReply(PendingRequest(req!, core)))
+            context: RequestContext(req), reply: StatusReply(PendingRequest(req!, core, .flush)))
     }
 
     ops.release = { req, ino, fi in
         let core = SessionCore.of(req)
         core.handler.release(
             ino: ino, handle: fi?.pointee.fh ?? 0, flags: fi?.pointee.flags ?? 0,
-            context: RequestContext(req), reply: StatusReply(PendingRequest(req!, core)))
+            context: RequestContext(req), reply: StatusReply(PendingRequest(req!, core, .release)))
     }
 
     ops.fsync = { req, ino, datasync, fi in
         let core = SessionCore.of(req)
         core.handler.fsync(
             ino: ino, handle: fi?.pointee.fh ?? 0, dataOnly: datasync != 0, context: RequestContext(req),
-            reply: StatusReply(PendingRequest(req!, core)))
+            reply: StatusReply(PendingRequest(req!, core, .fsync)))
     }
 
     ops.opendir = { req, ino, fi in
         let core = SessionCore.of(req)
         core.handler.opendir(
             ino: ino, flags: fi?.pointee.flags ?? 0, context: RequestContext(req),
-            reply: OpenReply(PendingRequest(req!, core)))
+            reply: OpenReply(PendingRequest(req!, core, .opendir)))
     }
 
     ops.readdir = { req, ino, size, offset, fi in
         let core = SessionCore.of(req)
         core.handler.readdir(
             ino: ino, handle: fi?.pointee.fh ?? 0, offset: Int64(offset), context: RequestContext(req),
-            reply: DirectoryReply(PendingRequest(req!, core), size: size))
+            reply: DirectoryReply(PendingRequest(req!, core, .readdir), size: size))
     }
 
     ops.readdirplus = { req, ino, size, offset, fi in
         let core = SessionCore.of(req)
         core.handler.readdirplus(
             ino: ino, handle: fi?.pointee.fh ?? 0, offset: Int64(offset), context: RequestContext(req),
-            reply: DirectoryPlusReply(PendingRequest(req!, core), size: size))
+            reply: DirectoryPlusReply(PendingRequest(req!, core, .readdirplus), size: size))
     }
 
     ops.releasedir = { req, ino, fi in
         let core = SessionCore.of(req)
         core.handler.releasedir(
             ino: ino, handle: fi?.pointee.fh ?? 0, context: RequestContext(req),
-            reply: StatusReply(PendingRequest(req!, core)))
+            reply: StatusReply(PendingRequest(req!, core, .releasedir)))
     }
 
     ops.fsyncdir = { req, ino, datasync, fi in
         let core = SessionCore.of(req)
         core.handler.fsyncdir(
             ino: ino, handle: fi?.pointee.fh ?? 0, dataOnly: datasync != 0, context: RequestContext(req),
-            reply: StatusReply(PendingRequest(req!, core)))
+            reply: StatusReply(PendingRequest(req!, core, .fsyncdir)))
     }
 
     ops.statfs = { req, ino in
         let core = SessionCore.of(req)
-        core.handler.statfs(ino: ino, context: RequestContext(req), reply: StatfsReply(PendingRequest(req!, core)))
+        core.handler.statfs(ino: ino, context: RequestContext(req), reply: StatfsReply(PendingRequest(req!, core, .statfs)))
     }
 
     ops.setxattr = { req, ino, name, value, size, flags in
@@ -264,7 +264,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         }
         core.handler.setxattr(
             ino: ino, name: copyName(name), value: copyBytes(value, size), flags: XattrSetFlags(rawValue: flags),
-            context: RequestContext(req), reply: StatusReply(PendingRequest(req!, core, isXattr: true)))
+            context: RequestContext(req), reply: StatusReply(PendingRequest(req!, core, .setxattr, isXattr: true)))
     }
 
     ops.getxattr = { req, ino, name, size in
@@ -277,14 +277,14 @@ func makeOperations() -> fuse_lowlevel_ops {
         }
         core.handler.getxattr(
             ino: ino, name: copyName(name), context: RequestContext(req),
-            reply: XattrReply(PendingRequest(req!, core, isXattr: true), requestedSize: size))
+            reply: XattrReply(PendingRequest(req!, core, .getxattr, isXattr: true), requestedSize: size))
     }
 
     ops.listxattr = { req, ino, size in
         let core = SessionCore.of(req)
         core.handler.listxattr(
             ino: ino, context: RequestContext(req),
-            reply: XattrReply(PendingRequest(req!, core, isXattr: true), requestedSize: size))
+            reply: XattrReply(PendingRequest(req!, core, .listxattr, isXattr: true), requestedSize: size))
     }
 
     ops.removexattr = { req, ino, name in
@@ -295,7 +295,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         }
         core.handler.removexattr(
             ino: ino, name: copyName(name), context: RequestContext(req),
-            reply: StatusReply(PendingRequest(req!, core, isXattr: true)))
+            reply: StatusReply(PendingRequest(req!, core, .removexattr, isXattr: true)))
     }
 
     return ops

@@ -70,20 +70,27 @@ struct PendingRequest: @unchecked Sendable {
     /// getxattr/setxattr/listxattr/removexattr: ENOSYS there makes the kernel disable xattrs
     /// for the whole mount, so it is turned into EOPNOTSUPP.
     let isXattr: Bool
+    let kind: RequestKind
+    /// When the callback began, for the session's `RequestObserver` (0 without one).
+    let started: UInt64
 
     /// Called on the FUSE thread while the request's callback runs (the loop is alive).
-    init(_ req: OpaquePointer, _ core: SessionCore, isXattr: Bool = false) {
+    init(_ req: OpaquePointer, _ core: SessionCore, _ kind: RequestKind, isXattr: Bool = false) {
         core.requestStarted()
         self.req = req
         self.core = .passRetained(core)
         self.isXattr = isXattr
+        self.kind = kind
+        started = core.observer == nil ? 0 : monotonicNanoseconds()
     }
 
     /// Sends the reply, then lets go of the session. Returns whether libfuse delivered it.
     @discardableResult
-    func finish(_ send: (OpaquePointer) -> Int32) -> Bool {
+    func finish(errno code: Int32 = 0, _ send: (OpaquePointer) -> Int32) -> Bool {
         let result = send(req)
-        core.takeRetainedValue().useEnded()
+        let session = core.takeRetainedValue()
+        session.observer?.answered(kind, nanoseconds: monotonicNanoseconds() &- started, errno: code)
+        session.useEnded()
         return result == 0
     }
 
@@ -91,7 +98,7 @@ struct PendingRequest: @unchecked Sendable {
         // 0 would read as success and a negative value is a caller bug: both become EIO.
         var code = errno > 0 ? errno : EIO
         if isXattr && code == ENOSYS { code = EOPNOTSUPP }
-        finish { fuse_reply_err($0, code) }
+        finish(errno: code) { fuse_reply_err($0, code) }
     }
 }
 

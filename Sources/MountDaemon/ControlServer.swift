@@ -16,11 +16,17 @@ struct ControlServer {
     let fs: FileSystem
     let configuration: MountConfiguration
     let events: EventFanOut
+    let metrics: MountMetrics
     let requestUnmount: @Sendable () -> Void
 
     func makeApplication(socketPath: String, logger: Logger) -> some ApplicationProtocol {
         let router = Router()
         router.get(RouterPath(ControlPath.status)) { _, _ in try json(try report()) }
+        router.get(RouterPath(ControlPath.metrics)) { _, _ in
+            Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: metrics.text(try report()))))
+        }
         router.post(RouterPath(ControlPath.flush)) { request, _ in
             let seconds = request.uri.queryParameters["timeout"].flatMap { Double(String($0)) } ?? 30
             return try json(try await flush(within: .milliseconds(Int(seconds * 1000))))

@@ -14,9 +14,11 @@ final class KernelInvalidator: MountObserver, Service {
     let events: EventFanOut
     let notifier: @Sendable () -> KernelNotifier?
     let listings: FolderListings
+    let metrics: MountMetrics
     let logger: Logger
 
-    init(events: EventFanOut, listings: FolderListings, logger: Logger, notifier: @escaping @Sendable () -> KernelNotifier?) {
+    init(events: EventFanOut, listings: FolderListings, metrics: MountMetrics, logger: Logger, notifier: @escaping @Sendable () -> KernelNotifier?) {
+        self.metrics = metrics
         (invalidations, sink) = AsyncStream.makeStream()
         self.events = events
         self.listings = listings
@@ -32,6 +34,7 @@ final class KernelInvalidator: MountObserver, Service {
     }
 
     func event(_ event: MountEvent, keep: Bool) {
+        metrics.event(event.kind)
         if let level = Self.logLevel(of: event.kind) {
             var metadata: Logger.Metadata = ["event": "\(event.kind.rawValue)"]
             if let path = event.path { metadata["path"] = "\(path)" }

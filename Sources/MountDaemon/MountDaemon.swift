@@ -4,6 +4,8 @@ import FuseKit
 import ItemModel
 import LocalState
 import Logging
+import Metrics
+import Prometheus
 import OpenFiles
 import ServiceLifecycle
 import SyncAPI
@@ -123,7 +125,10 @@ public enum MountDaemon {
         let events = EventFanOut()
         let mountBox = Mutex<FuseMount?>(nil)
         let listings = FolderListings()
-        let invalidator = KernelInvalidator(events: events, listings: listings, logger: logger) { mountBox.withLock { $0?.notifier } }
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        let metrics = MountMetrics(registry: registry)
+        let invalidator = KernelInvalidator(events: events, listings: listings, metrics: metrics, logger: logger) { mountBox.withLock { $0?.notifier } }
         let cache = try ContentCache(directory: configuration.accountDirectory + "/content")
         let openFiles = OpenFiles()
         let engine = SyncEngine(
@@ -147,7 +152,7 @@ public enum MountDaemon {
         engine.dropLeftoverContent()
         let mount: FuseMount
         do {
-            mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs, failures: FailureLog(logger: logger)))
+            mount = try FuseMount.mount(at: configuration.mountpoint, options: options, handler: FuseBridge(fs: fs, failures: FailureLog(logger: logger)), observer: metrics)
         } catch {
             throw MountDaemonError.setup("cannot mount \(configuration.mountpoint): \(error)")
         }
@@ -155,7 +160,7 @@ public enum MountDaemon {
 
         unlink(configuration.controlSocket)
         let watcher = MountWatcher(mount: mount, events: events, logger: logger)
-        let control = ControlServer(engine: engine, fs: fs, configuration: configuration, events: events) { watcher.requestUnmount() }
+        let control = ControlServer(engine: engine, fs: fs, configuration: configuration, events: events, metrics: metrics) { watcher.requestUnmount() }
         let services: [any Service] = [
             watcher, engine.changeFeed, engine.outbox, engine.keyValueSender, engine.maintenance, invalidator, DaemonLog(path: configuration.logFile, limit: configuration.logSize),
             control.makeApplication(socketPath: configuration.controlSocket, logger: logger),

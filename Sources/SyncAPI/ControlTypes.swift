@@ -4,6 +4,8 @@ import ItemModel
 /// JSON over HTTP on a Unix socket; local to the machine and to the user who owns the cache.
 public enum ControlPath {
     public static let status = "/status"
+    /// `GET /metrics`: the mount's metrics as Prometheus text (`ubiq status --metrics`).
+    public static let metrics = "/metrics"
     /// `POST /flush?timeout=SECONDS`: waits until every local change is on the server, or the timeout.
     public static let flush = "/flush"
     /// `POST /unmount`: unmounts and ends the daemon (after answering).

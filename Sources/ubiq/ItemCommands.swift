@@ -65,10 +65,17 @@ struct Status: AsyncParsableCommand {
     @Argument(help: "Items to show; without any, the mount of the current directory.") var paths: [String] = []
     @Option(help: "The mount to describe when no PATH is given.") var mount: String?
     @Flag(help: "One JSON object per line.") var json = false
+    @Flag(help: "The mount's metrics, as Prometheus text.") var metrics = false
 
     func run() async throws {
         if paths.isEmpty {
             let (mountpoint, control) = try MountTable.control(of: mount)
+            if metrics {
+                do { print(String(decoding: try await control.data(ControlPath.metrics), as: UTF8.self), terminator: "") } catch {
+                    throw Failure("the daemon of \(mountpoint) does not answer: \(error)")
+                }
+                return
+            }
             let report: MountStatusReport
             do { report = try await control.get(ControlPath.status) } catch {
                 throw Failure("the daemon of \(mountpoint) does not answer: \(error)")

@@ -42,4 +42,29 @@ extension OrdinaryUserTests {
             #expect(size < 64 << 10 + 16 << 10, "the new log started afresh (\(size) bytes)")
         }
     }
+
+    @Test("ubiq status --metrics is Prometheus text whose request, failure and event counters move with the mount's work")
+    func mountMetrics() async throws {
+        try await withDevices(["A"]) { _, devices in
+            let a = devices[0]
+            func scrape() async throws -> PrometheusText {
+                let r = try await a.ubiq(["status", "--mount", a.mountpoint, "--metrics"])
+                try #require(r.status == 0, "\(r.stderr)")
+                return try PrometheusText(r.stdout)
+            }
+            let before = try await scrape()
+            try await a.must(#"mkdir "$M/d" && echo hello > "$M/d/f" && cat "$M/d/f" > /dev/null"#)
+            #expect(try await a.sh(#"rmdir "$M/d""#).status != 0)
+            try await eventually("d/f to be uploaded") { try await a.xattr("d/f", "user.ubiq.isUploaded") == "1" }
+            let after = try await scrape()
+            let duration = "ubiq_mount_request_duration_seconds_count"
+            for request in ["mkdir", "create", "write", "flush"] {
+                #expect(after.value(duration, ["request": request]) > before.value(duration, ["request": request]), "\(request) counted")
+            }
+            #expect(after.value("ubiq_mount_request_failures_total", ["request": "rmdir", "errno": "\(ENOTEMPTY)"]) == 1)
+            #expect(after.value("ubiq_mount_events_total", ["event": "uploaded"]) > before.value("ubiq_mount_events_total", ["event": "uploaded"]))
+            #expect(after.value("ubiq_mount_items") >= 3 && after.value("ubiq_mount_connected") == 1 && after.value("ubiq_mount_pending_uploads") == 0)
+            #expect(after.types["ubiq_mount_request_duration_seconds"] == "histogram")
+        }
+    }
 }
