@@ -108,6 +108,8 @@ public final class SyncEngine: Sendable {
     /// An access not yet written to the database, for the attributes (atime).
     public func unsavedAccess(_ ino: Int64) -> Timestamp? { accessTimes.withLock { $0[ino] } }
 
+    public func forgetUnsavedAccess(_ ino: Int64) { _ = accessTimes.withLock { $0.removeValue(forKey: ino) } }
+
     func saveAccessTimes() {
         let pending = accessTimes.withLock { $0 }
         guard !pending.isEmpty else { return }

@@ -56,4 +56,6 @@ public protocol ContentSource: AnyObject, Sendable {
     func kernelPagesAreStale(_ ino: Int64)
     /// An access not yet written to the database, for the attributes (atime).
     func unsavedAccess(_ ino: Int64) -> Timestamp?
+    /// An access time set explicitly (utimensat) replaces the accesses not yet written.
+    func forgetUnsavedAccess(_ ino: Int64)
 }

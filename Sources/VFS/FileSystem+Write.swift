@@ -218,6 +218,7 @@ extension FileSystem {
                 if try synced && row.revision != nil && !w.reader.isExcluded(ino) { try w.enqueue(.attributes, ino: ino) }
             })
             if let mtime = changes.mtime { openFiles.setModified(ino, mtime) }
+            if changes.atime != nil { content.forgetUnsavedAccess(ino) }
             content.outboxChanged()
         }
         return attributes(of: try self.item(ino))

@@ -45,7 +45,8 @@ extension NodeAttributes {
         self.init(
             ino: item.ino, kind: item.kind, mode: item.mode & 0o7777, nlink: item.kind == .folder ? 2 : 1,
             uid: item.uid, gid: item.gid, size: item.kind == .folder ? 4096 : size, blocks: blocks,
-            atime: max(item.lastAccess, liveModified ?? item.modified), mtime: liveModified ?? item.modified,
+            // Never opened here: its modification time.
+            atime: item.lastAccess > 0 ? item.lastAccess : liveModified ?? item.modified, mtime: liveModified ?? item.modified,
             ctime: max(item.changed, liveModified ?? item.modified))
     }
 }
