@@ -7,6 +7,7 @@
 
 import Foundation
 @testable import FuseKit
+import Synchronization
 import Testing
 
 @Suite(.timeLimit(.minutes(1)))
@@ -40,6 +41,27 @@ struct FuseKitTests {
             #expect(info.maxReadahead == 1 << 20)
             #expect(info.readdirplus)
         }
+    }
+
+    /// Hears what the kernel asked and how each request ended.
+    final class Heard: RequestObserver {
+        let answers = Mutex<[(RequestKind, UInt64, Int32)]>([])
+        func answered(_ kind: RequestKind, nanoseconds: UInt64, errno: Int32) { answers.withLock { $0.append((kind, nanoseconds, errno)) } }
+        func count(_ kind: RequestKind, errno: Int32) -> Int { answers.withLock { $0.filter { $0.0 == kind && $0.2 == errno }.count } }
+    }
+
+    @Test func anObserverHearsEachRequestWithItsTimeAndErrno() async throws {
+        let fs = MemoryFS()
+        fs.addFile("hello.txt", contents: Array("hello\n".utf8))
+        fs.addFile("inner.txt", in: fs.addDirectory("full"), contents: [])
+        let heard = Heard()
+        try await withMount(fs, observer: heard) { m async throws in
+            #expect(try await run(["cat", m.at("hello.txt")]).stdout == "hello\n")
+            #expect(try await run(["rmdir", m.at("full")]).succeeded == false)
+        }
+        #expect(heard.count(.open, errno: 0) >= 1 && heard.count(.read, errno: 0) >= 1)
+        #expect(heard.count(.rmdir, errno: ENOTEMPTY) == 1, "the failure with its errno")
+        #expect(heard.answers.withLock { $0.allSatisfy { $0.1 < 10_000_000_000 } }, "times are durations, not clock readings")
     }
 
     @Test func writeCreateTruncateAndSetattr() async throws {

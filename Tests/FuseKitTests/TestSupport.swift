@@ -99,7 +99,7 @@ func makeTemporaryDirectory(_ prefix: String = "fusekit-test") throws -> String 
 /// checks that the loop ended. If anything fails on the way, the `defer` still detaches the
 /// mount with `fusermount3 -u -z` and removes the directory.
 func withMount(
-    _ fs: MemoryFS, options: MountOptions = MountOptions(), _ body: (Mounted) async throws -> Void
+    _ fs: MemoryFS, options: MountOptions = MountOptions(), observer: (any RequestObserver)? = nil, _ body: (Mounted) async throws -> Void
 ) async throws {
     _ = staleMountsCleared
     let directory = try makeTemporaryDirectory()
@@ -107,7 +107,7 @@ func withMount(
     var options = options
     options.fsName = "fusekit-test"
     options.subtype = "fusekittest"
-    let mount = try FuseMount.mount(at: directory, options: options, handler: fs)
+    let mount = try FuseMount.mount(at: directory, options: options, handler: fs, observer: observer)
     defer {
         if MountRecovery.mountedFileSystemType(at: mount.mountpoint) != nil {
             _ = Unmounter.runProcess(["timeout", "-s", "KILL", "10", "fusermount3", "-u", "-z", "--", mount.mountpoint])
