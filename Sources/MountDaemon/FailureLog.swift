@@ -4,8 +4,9 @@ import VFS
 
 /// One log line per kernel request the mount fails, with the request, the node and the error.
 /// Left out are the answers that are no failure of the mount: ENOENT (a name looked up that
-/// is not there), ENODATA (an attribute asked for that is not set) and ERANGE (a caller
-/// probing the size of a buffer); these come by the thousand from `ls` and editors.
+/// is not there), ENODATA (an attribute asked for that is not set), ERANGE (a caller probing
+/// the size of a buffer) and EOPNOTSUPP (what the mount does not offer, such as ACLs, which
+/// `ls -l` and `cp -a` ask of every file); these come by the thousand.
 struct FailureLog: Sendable {
     enum Request: String, Sendable {
         case lookup, getattr, setattr, readlink, mknod, mkdir, unlink, rmdir, symlink, rename, link
@@ -13,7 +14,7 @@ struct FailureLog: Sendable {
         case setxattr, getxattr, listxattr, removexattr
     }
 
-    static let notFailures: Set<Int32> = [ENOENT, ENODATA, ERANGE]
+    static let notFailures: Set<Int32> = [ENOENT, ENODATA, ERANGE, EOPNOTSUPP]
 
     let logger: Logger
 
