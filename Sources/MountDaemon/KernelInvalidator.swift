@@ -35,7 +35,8 @@ final class KernelInvalidator: MountObserver, Service {
 
     func event(_ event: MountEvent, keep: Bool) {
         metrics.event(event.kind)
-        if let level = Self.logLevel(of: event.kind) {
+        // Checked first: the metadata is not built for a line the level leaves out.
+        if let level = Self.logLevel(of: event.kind), logger.logLevel <= level {
             var metadata: Logger.Metadata = ["event": "\(event.kind.rawValue)"]
             if let path = event.path { metadata["path"] = "\(path)" }
             if let from = event.from { metadata["from"] = "\(from)" }

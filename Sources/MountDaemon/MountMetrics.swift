@@ -13,6 +13,8 @@ final class MountMetrics: RequestObserver, Sendable {
     let registry: PrometheusCollectorRegistry
     /// One per kind, made once: a request's report is then an index and a histogram update.
     let durations: [Metrics.Timer]
+    /// One per event kind, made once: an event is then a lookup and an increment.
+    let events: [MountEventKind: Metrics.Counter]
     let pendingUploads, activeDownloads, cachedBytes, items, connected: Metrics.Gauge
 
     init(registry: PrometheusCollectorRegistry) {
@@ -20,6 +22,9 @@ final class MountMetrics: RequestObserver, Sendable {
         durations = RequestKind.allCases.map {
             Metrics.Timer(label: "ubiq_mount_request_duration_seconds", dimensions: [("request", $0.rawValue)], preferredDisplayUnit: .seconds)
         }
+        events = Dictionary(uniqueKeysWithValues: MountEventKind.allCases.map {
+            ($0, Metrics.Counter(label: "ubiq_mount_events_total", dimensions: [("event", $0.rawValue)]))
+        })
         pendingUploads = Metrics.Gauge(label: "ubiq_mount_pending_uploads")
         activeDownloads = Metrics.Gauge(label: "ubiq_mount_active_downloads")
         cachedBytes = Metrics.Gauge(label: "ubiq_mount_cached_bytes")
@@ -38,7 +43,7 @@ final class MountMetrics: RequestObserver, Sendable {
 
     func event(_ kind: MountEventKind) {
         guard kind != .uploadProgress && kind != .downloadProgress else { return }
-        Metrics.Counter(label: "ubiq_mount_events_total", dimensions: [("event", kind.rawValue)]).increment()
+        events[kind]?.increment()
     }
 
     /// The text, with the state read now.
