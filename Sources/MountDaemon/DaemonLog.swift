@@ -16,16 +16,19 @@ public struct DaemonLog: Service {
     static let kept = 3
     static let checkEvery: Duration = .seconds(5)
 
-    /// The log file when standard output is it, else nil.
     init(path: String, limit: Int64 = DaemonLog.defaultSize) {
         self.path = path
         self.limit = limit
     }
 
-    var file: String? {
+    /// The log file when standard output is it, else nil.
+    var file: String? { standardOutputSize == nil ? nil : path }
+
+    /// The size of the log file when standard output is it, else nil.
+    var standardOutputSize: Int64? {
         var out = stat(), onDisk = stat()
-        guard fstat(STDOUT_FILENO, &out) == 0, stat(path, &onDisk) == 0 else { return nil }
-        return out.st_dev == onDisk.st_dev && out.st_ino == onDisk.st_ino ? path : nil
+        guard fstat(STDOUT_FILENO, &out) == 0, stat(path, &onDisk) == 0, out.st_dev == onDisk.st_dev, out.st_ino == onDisk.st_ino else { return nil }
+        return Int64(out.st_size)
     }
 
     public func run() async throws {
@@ -38,8 +41,7 @@ public struct DaemonLog: Service {
     }
 
     func rotateIfLarge() {
-        var out = stat()
-        guard file != nil, fstat(STDOUT_FILENO, &out) == 0, Int64(out.st_size) > limit else { return }
+        guard let size = standardOutputSize, size > limit else { return }
         fflush(nil)
         for n in stride(from: Self.kept - 1, through: 1, by: -1) { rename("\(path).\(n)", "\(path).\(n + 1)") }
         rename(path, path + ".1")

@@ -1,3 +1,4 @@
+import FuseKit
 import Glibc
 import Logging
 import VFS
@@ -8,18 +9,12 @@ import VFS
 /// the size of a buffer) and EOPNOTSUPP (what the mount does not offer, such as ACLs, which
 /// `ls -l` and `cp -a` ask of every file); these come by the thousand.
 struct FailureLog: Sendable {
-    enum Request: String, Sendable {
-        case lookup, getattr, setattr, readlink, mknod, mkdir, unlink, rmdir, symlink, rename, link
-        case open, create, read, write, flush, fsync, opendir, readdir, readdirplus
-        case setxattr, getxattr, listxattr, removexattr
-    }
-
     static let notFailures: Set<Int32> = [ENOENT, ENODATA, ERANGE, EOPNOTSUPP]
 
     let logger: Logger
 
     /// The errno to answer with, logged unless it is one of `notFailures`.
-    func errno(_ request: Request, _ node: UInt64, _ error: FSError) -> Int32 {
+    func errno(_ request: RequestKind, _ node: UInt64, _ error: FSError) -> Int32 {
         let code = error.errno
         if !Self.notFailures.contains(code) {
             logger.info("request failed", metadata: [
@@ -30,7 +25,7 @@ struct FailureLog: Sendable {
     }
 
     /// `errno` for a request answered later, from another thread.
-    func `for`(_ request: Request, _ node: UInt64) -> @Sendable (FSError) -> Int32 {
+    func `for`(_ request: RequestKind, _ node: UInt64) -> @Sendable (FSError) -> Int32 {
         { error in errno(request, node, error) }
     }
 }

@@ -11,17 +11,17 @@ import SyncEngine
 /// the cache and the index. swift-metrics is bootstrapped with this registry once per daemon.
 final class MountMetrics: RequestObserver, Sendable {
     let registry: PrometheusCollectorRegistry
-    /// One per kind, made once: a request's report is then an index and a histogram update.
-    let durations: [Metrics.Timer]
+    /// One per kind, made once: a request's report is then a lookup and a histogram update.
+    let durations: [RequestKind: Metrics.Timer]
     /// One per event kind, made once: an event is then a lookup and an increment.
     let events: [MountEventKind: Metrics.Counter]
     let pendingUploads, activeDownloads, cachedBytes, items, connected: Metrics.Gauge
 
     init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
-        durations = RequestKind.allCases.map {
-            Metrics.Timer(label: "ubiq_mount_request_duration_seconds", dimensions: [("request", $0.rawValue)], preferredDisplayUnit: .seconds)
-        }
+        durations = Dictionary(uniqueKeysWithValues: RequestKind.allCases.map {
+            ($0, Metrics.Timer(label: "ubiq_mount_request_duration_seconds", dimensions: [("request", $0.rawValue)], preferredDisplayUnit: .seconds))
+        })
         events = Dictionary(uniqueKeysWithValues: MountEventKind.allCases.map {
             ($0, Metrics.Counter(label: "ubiq_mount_events_total", dimensions: [("event", $0.rawValue)]))
         })
@@ -32,10 +32,8 @@ final class MountMetrics: RequestObserver, Sendable {
         connected = Metrics.Gauge(label: "ubiq_mount_connected")
     }
 
-    static let kindIndex = Dictionary(uniqueKeysWithValues: RequestKind.allCases.enumerated().map { ($1, $0) })
-
     func answered(_ kind: RequestKind, nanoseconds: UInt64, errno: Int32) {
-        durations[Self.kindIndex[kind]!].recordNanoseconds(Int64(clamping: nanoseconds))
+        durations[kind]?.recordNanoseconds(Int64(clamping: nanoseconds))
         if errno != 0 {
             Metrics.Counter(label: "ubiq_mount_request_failures_total", dimensions: [("request", kind.rawValue), ("errno", "\(errno)")]).increment()
         }
