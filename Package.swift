@@ -76,7 +76,7 @@ let package = Package(
         .target(
             name: "ServerStorage",
             dependencies: [
-                "ItemModel", "PageCache",
+                "ItemModel", "PageCache", "SchemaEdit",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -115,8 +115,9 @@ let package = Package(
         ),
         .target(
             name: "LocalState",
-            dependencies: ["ItemModel", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: ["ItemModel", "SchemaEdit", .product(name: "GRDB", package: "GRDB.swift")]
         ),
+        .target(name: "SchemaEdit", dependencies: [.product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "SyncAPI", dependencies: ["ItemModel"]),
         .target(name: "PageCache"),
         .target(name: "DataFolderLock"),

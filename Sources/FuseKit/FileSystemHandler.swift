@@ -109,10 +109,10 @@ public protocol FileSystemHandler: Sendable {
 
     func readlink(ino: UInt64, context: RequestContext, reply: consuming ReadlinkReply)
 
-    /// Regular files only: FuseKit answers EPERM for devices, FIFOs and sockets without calling
-    /// this. `mode` is the permission bits after the caller's umask.
+    /// `type` is the node's file type (the device number is not passed: a handler that makes
+    /// devices needs it added); `mode` is the permission bits after the caller's umask.
     func mknod(
-        parent: UInt64, name: [UInt8], mode: UInt32, context: RequestContext,
+        parent: UInt64, name: [UInt8], type: FileType, mode: UInt32, context: RequestContext,
         reply: consuming EntryReply)
 
     /// `mode` is the permission bits after the caller's umask.

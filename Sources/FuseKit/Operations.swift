@@ -111,15 +111,14 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
 
     ops.mknod = { req, parent, name, mode, _ in
-        // Regular files only: ubiq stores no devices, FIFOs or sockets. EPERM is mknod(2)'s
-        // "the file system does not support the type of node requested".
-        guard UInt32(mode) & S_IFMT == S_IFREG else {
+        // EPERM is mknod(2)'s "the file system does not support the type of node requested".
+        guard let type = FileType(mode: UInt32(mode)) else {
             fuse_reply_err(req, EPERM)
             return
         }
         let core = SessionCore.of(req)
         core.handler.mknod(
-            parent: parent, name: copyName(name), mode: UInt32(mode) & 0o7777, context: RequestContext(req),
+            parent: parent, name: copyName(name), type: type, mode: UInt32(mode) & 0o7777, context: RequestContext(req),
             reply: EntryReply(PendingRequest(req!, core, .mknod)))
     }
 

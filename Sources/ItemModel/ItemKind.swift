@@ -1,9 +1,58 @@
-/// What an item is. Symbolic links and other special files are not synced (docs/SEMANTICS.md).
+/// What an item is. Files, folders and symbolic links are synced; FIFOs and Unix sockets live
+/// on the device that made them only (docs/SEMANTICS.md, "Special files"): the server refuses
+/// them, and the mount never sends them.
 public enum ItemKind: String, Sendable, Codable, Hashable, CaseIterable {
     case file
     case folder
+    /// A symbolic link: its target text travels in `ItemMetadata.target`, never followed.
+    case symlink
+    case fifo
+    case socket
+
+    /// The kinds the server keeps.
+    public var isSynced: Bool {
+        switch self {
+        case .file, .folder, .symlink: true
+        case .fifo, .socket: false
+        }
+    }
 }
 
+/// The text of a symbolic link, as `readlink` gives it: kept as it is, never resolved.
+public enum SymlinkTarget {
+    /// PATH_MAX less the NUL: what `symlink(2)` itself accepts.
+    public static let maxBytes = 4095
+
+    public enum Invalid: Error, Equatable, Sendable, CustomStringConvertible {
+        case empty
+        case tooLong
+        case nul
+        /// The target is not UTF-8: the protocol carries text, as it does for names.
+        case notUTF8
+
+        public var description: String {
+            switch self {
+            case .empty: "a link's target is empty"
+            case .tooLong: "a link's target is longer than \(SymlinkTarget.maxBytes) bytes"
+            case .nul: "a link's target holds a NUL byte"
+            case .notUTF8: "a link's target is not UTF-8"
+            }
+        }
+    }
+
+    public static func validate(_ target: String) throws(Invalid) {
+        if target.isEmpty { throw .empty }
+        if target.utf8.count > maxBytes { throw .tooLong }
+        if target.utf8.contains(0) { throw .nul }
+    }
+
+    /// The target from the bytes `symlink(2)` was given.
+    public static func text(_ bytes: [UInt8]) throws(Invalid) -> String {
+        guard let text = String(validating: bytes, as: UTF8.self) else { throw .notUTF8 }
+        try validate(text)
+        return text
+    }
+}
 /// A path from the container root, `/Documents/a.txt`. Built from validated names only.
 public struct ItemPath: Hashable, Sendable, CustomStringConvertible {
     public let components: [ItemName]

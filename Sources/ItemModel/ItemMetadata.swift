@@ -35,7 +35,7 @@ public struct ItemMetadata: Hashable, Sendable, Codable {
     public var name: String
     public var kind: ItemKind
     public var revision: Revision
-    /// Content size in bytes; 0 for folders.
+    /// Content size in bytes; 0 for folders; a link's target length in bytes.
     public var size: Int64
     /// SHA-256 of the content; nil for folders.
     public var digest: ContentDigest?
@@ -50,11 +50,14 @@ public struct ItemMetadata: Hashable, Sendable, Codable {
     public var deleted: Bool
     /// Edits kept beside the current content until resolved, oldest first (files only).
     public var conflicts: [ConflictVersion]
+    /// A symbolic link's target (`SymlinkTarget`); nil for every other kind. A link is made
+    /// with its target and keeps it: `ln -sf` makes a new link.
+    public var target: String?
 
     public init(
         id: ItemID, parentID: ItemID?, name: String, kind: ItemKind, revision: Revision,
         size: Int64, digest: ContentDigest?, mode: UInt32, created: Timestamp, modified: Timestamp,
-        xattrs: [String: Data] = [:], deleted: Bool = false, conflicts: [ConflictVersion] = []
+        xattrs: [String: Data] = [:], deleted: Bool = false, conflicts: [ConflictVersion] = [], target: String? = nil
     ) {
         self.id = id
         self.parentID = parentID
@@ -69,14 +72,15 @@ public struct ItemMetadata: Hashable, Sendable, Codable {
         self.xattrs = xattrs
         self.deleted = deleted
         self.conflicts = conflicts
+        self.target = target
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, parentID, name, kind, revision, size, digest, mode, created, modified, xattrs, deleted, conflicts
+        case id, parentID, name, kind, revision, size, digest, mode, created, modified, xattrs, deleted, conflicts, target
     }
 
-    /// `conflicts` is left out when there are none, which is nearly always: listings stay as
-    /// small as they were.
+    /// `conflicts` is left out when there are none, which is nearly always, and `target` for
+    /// all but links: listings stay as small as they were.
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         id = try c.decode(ItemID.self, forKey: .id)
@@ -92,6 +96,7 @@ public struct ItemMetadata: Hashable, Sendable, Codable {
         xattrs = try c.decode([String: Data].self, forKey: .xattrs)
         deleted = try c.decode(Bool.self, forKey: .deleted)
         conflicts = try c.decodeIfPresent([ConflictVersion].self, forKey: .conflicts) ?? []
+        target = try c.decodeIfPresent(String.self, forKey: .target)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -109,10 +114,18 @@ public struct ItemMetadata: Hashable, Sendable, Codable {
         try c.encode(xattrs, forKey: .xattrs)
         try c.encode(deleted, forKey: .deleted)
         if !conflicts.isEmpty { try c.encode(conflicts, forKey: .conflicts) }
+        try c.encodeIfPresent(target, forKey: .target)
     }
 
     /// Default permission bits for new items when the creator does not say.
-    public static func defaultMode(for kind: ItemKind) -> UInt32 { kind == .folder ? 0o755 : 0o644 }
+    public static func defaultMode(for kind: ItemKind) -> UInt32 {
+        switch kind {
+        case .folder: 0o755
+        // Linux gives every link 0777 and ignores it.
+        case .symlink: 0o777
+        case .file, .fifo, .socket: 0o644
+        }
+    }
 }
 
 /// One entry of a container's change log: the state of an item as of `cursor`.

@@ -56,6 +56,8 @@ public struct LocalItem: Sendable, Hashable {
     public var uploadError: String?
     /// The server's conflict versions of the file, unresolved: edits kept beside its content.
     public var conflicts: [ConflictVersion]
+    /// A link's target (`SymlinkTarget`); nil for every other kind.
+    public var target: String?
 
     /// A file whose content as shown is on the server only (a placeholder, or a cache file of
     /// an older version): it can go up again only by naming the server's digest.
@@ -66,8 +68,9 @@ public struct LocalItem: Sendable, Hashable {
         uid: UInt32 = 0, gid: UInt32 = 0, created: Timestamp, modified: Timestamp, changed: Timestamp,
         xattrs: [String: Data] = [:], revision: Revision? = nil, serverDigest: ContentDigest? = nil,
         content: ContentState, cachedBytes: Int64 = 0, pinned: Bool = false, lastAccess: Timestamp = 0,
-        downloadError: String? = nil, uploadError: String? = nil, conflicts: [ConflictVersion] = []
+        downloadError: String? = nil, uploadError: String? = nil, conflicts: [ConflictVersion] = [], target: String? = nil
     ) {
+        self.target = target
         self.ino = ino
         self.itemID = itemID
         self.parent = parent
@@ -113,8 +116,8 @@ public struct LocalItem: Sendable, Hashable {
 /// A change queued for the server. Ops are sent in `seq` order; each uses the item's state at
 /// the time it is sent, so repeated edits of one item coalesce.
 public enum OutboxOp: String, Sendable, Codable, Hashable {
-    /// Create a folder on the server.
-    case createFolder
+    /// Create a folder or a link on the server: an item without content to send.
+    case create
     /// Upload a file's content (creating the file on the server when it is new).
     case content
     /// Send the item's current name and parent.

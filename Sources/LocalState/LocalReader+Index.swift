@@ -6,8 +6,9 @@ import ItemModel
 /// the rest are the per-item facts that status keys need, each read once per query rather
 /// than once per row.
 extension LocalReader {
-    /// Items below a folder whose name ends in `.nosync`, or below the versions folder, and
-    /// those folders themselves: as `isExcluded` finds walking up, for every row at once.
+    /// Items below a folder whose name ends in `.nosync`, or below the versions folder, those
+    /// folders themselves, and the FIFOs and sockets: as `isExcluded` finds walking up, for
+    /// every row at once.
     /// (The versions folder can only be at the top: no other name holds a slash.) Each start
     /// is its own term, so that the `.nosync` names come from their partial index (v14), named:
     /// left to choose, SQLite read every name instead.
@@ -15,6 +16,7 @@ extension LocalReader {
         excluded(ino) AS (
             SELECT ino FROM items INDEXED BY items_nosync WHERE name GLOB '*.nosync'
             UNION SELECT ino FROM items WHERE parent = \(LocalItem.rootIno) AND name = '\(LocalItem.versionsFolderName)'
+            UNION SELECT ino FROM items INDEXED BY items_local_only WHERE kind IN ('fifo', 'socket')
             UNION SELECT c.ino FROM items c JOIN excluded e ON c.parent = e.ino)
         """
 

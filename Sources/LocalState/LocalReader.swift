@@ -61,8 +61,9 @@ public struct LocalReader {
         return "/" + names.reversed().joined(separator: "/")
     }
 
+    /// Local-only: below a `.nosync` name or the versions folder, or of a kind never synced.
     public func isExcluded(_ ino: Int64) throws -> Bool {
-        try walkUp(from: ino) { $0.name.hasSuffix(".nosync") || $0.name == LocalItem.versionsFolderName } == .stopped
+        try walkUp(from: ino) { $0.name.hasSuffix(".nosync") || $0.name == LocalItem.versionsFolderName || $0.isLocalKind } == .stopped
     }
 
     /// The versions folder's row (migration v12).
@@ -86,25 +87,32 @@ public struct LocalReader {
     struct Step {
         let parent: Int64?
         let name: String
+        /// A FIFO or a socket (`ItemKind.isSynced`).
+        let isLocalKind: Bool
     }
 
     /// Hands `visit` each item from `ino` up to the root (not included), until it returns
     /// true. The one walk up the tree, and so the one place its bound is kept. Each step reads
-    /// two columns, not the row: paths are made for every item a sync brings, and decoding
+    /// three columns, not the row: paths are made for every item a sync brings, and decoding
     /// whole rows (attributes, conflict versions) made the walk most of a first sync's time.
     func walkUp(from ino: Int64, _ visit: (Step) throws -> Bool) throws -> WalkEnd {
-        let statement = try db.cachedStatement(sql: "SELECT parent, name FROM items WHERE ino = ?")
+        let statement = try db.cachedStatement(sql: "SELECT parent, name, kind IN ('fifo', 'socket') FROM items WHERE ino = ?")
         var cursor: Int64? = ino
         var steps = 0
         while let c = cursor, c != LocalItem.rootIno {
             guard let row = try Row.fetchOne(statement, arguments: [c]) else { return .missing }
-            let step = Step(parent: row[0], name: row[1])
+            let step = Step(parent: row[0], name: row[1], isLocalKind: row[2])
             if try visit(step) { return .stopped }
             steps += 1
             if steps > TreeCycleError.deepest { throw TreeCycleError(ino: ino) }
             cursor = step.parent
         }
         return .top
+    }
+
+    /// From the folders' own index (v19): a folder's link count.
+    public func subfolderCount(of ino: Int64) throws -> Int {
+        try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM items INDEXED BY items_folders WHERE parent = ? AND kind = 'folder'"), arguments: [ino]) ?? 0
     }
 
     public func descendants(of ino: Int64) throws -> [LocalItem] {
@@ -145,7 +153,7 @@ public struct LocalReader {
         // failure or a truncate dropped the queued upload): the server may hold the item.
         (try Int.fetchOne(
             try db.cachedStatement(sql: """
-                SELECT (SELECT COUNT(*) FROM outbox WHERE ino = ?1 AND op IN ('createFolder', 'content') AND attempts > 0)
+                SELECT (SELECT COUNT(*) FROM outbox WHERE ino = ?1 AND op IN ('create', 'content') AND attempts > 0)
                      + (SELECT COUNT(*) FROM sent_creates WHERE ino = ?1)
                 """),
             arguments: [ino]) ?? 0) > 0

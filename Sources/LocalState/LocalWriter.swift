@@ -16,8 +16,8 @@ public struct LocalWriter {
         try db.cachedStatement(sql: """
             INSERT INTO items (item_id, parent, name, kind, size, mode, uid, gid, created, modified, changed, xattrs,
                 revision, server_digest, content, cached_bytes, pinned, last_access, download_error, upload_error, conflicts,
-                plain_name, name_key)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                target, plain_name, name_key)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """).execute(arguments: item.columnValues + [key != nil, key])
         item.ino = db.lastInsertedRowID
         return item
@@ -32,7 +32,7 @@ public struct LocalWriter {
         try db.cachedStatement(sql: """
             UPDATE items SET item_id = ?, parent = ?, name = ?, kind = ?, size = ?, mode = ?, uid = ?, gid = ?, created = ?,
                 modified = ?, changed = ?, xattrs = ?, revision = ?, server_digest = ?, content = ?, cached_bytes = ?,
-                pinned = ?, last_access = ?, download_error = ?, upload_error = ?, conflicts = ? WHERE ino = ?
+                pinned = ?, last_access = ?, download_error = ?, upload_error = ?, conflicts = ?, target = ? WHERE ino = ?
             """).execute(arguments: item.columnValues + [item.ino])
     }
 

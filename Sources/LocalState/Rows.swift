@@ -40,7 +40,7 @@ extension LocalItem {
             modified: row[10], changed: row[11], xattrs: xattrs, revision: revision.map(Revision.init(_:)),
             serverDigest: try digest.map { try ContentDigest(hex: $0) }, content: content,
             cachedBytes: row[16], pinned: (row[17] as Int64) != 0, lastAccess: row[18],
-            downloadError: row[19], uploadError: row[20], conflicts: conflicts)
+            downloadError: row[19], uploadError: row[20], conflicts: conflicts, target: row[24])
     }
 
     var columnValues: StatementArguments {
@@ -50,7 +50,7 @@ extension LocalItem {
         return [
             itemID.rawValue, parent, name, kind.rawValue, size, Int64(mode), Int64(uid), Int64(gid), created, modified, changed,
             xattrJSON, revision?.rawValue, serverDigest?.hex, content.rawValue, cachedBytes, pinned ? 1 : 0, lastAccess,
-            downloadError, uploadError, conflictJSON,
+            downloadError, uploadError, conflictJSON, target,
         ]
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import ItemModel
+import SchemaEdit
 
 extension LocalStore {
     static var migrator: DatabaseMigrator {
@@ -250,6 +251,23 @@ extension LocalStore {
                 DROP INDEX items_by_name_key;
                 CREATE INDEX items_by_name_key ON items(plain_name, name_key, parent);
                 CREATE INDEX items_folders ON items(parent, name) WHERE kind = 'folder';
+                """)
+        }
+        m.registerMigration("v20: symbolic links, FIFOs and sockets") { db in
+            // A link's target, NULL for every other kind; a link's create is the folders' op,
+            // renamed for both. FIFOs and sockets are local-only
+            // (never sent, status `excluded`): their few rows have a partial index of their
+            // own, so that the excluded items' table finds them without reading every row.
+            try db.execute(sql: "ALTER TABLE items ADD COLUMN target TEXT")
+            try SchemaEdit.widenCheck(
+                of: "items", from: "CHECK (kind IN ('file', 'folder'))",
+                to: "CHECK (kind IN ('file', 'folder', 'symlink', 'fifo', 'socket'))", db)
+            try db.execute(sql: """
+                WITH kinds(kind) AS (VALUES ('symlink'), ('fifo'), ('socket')),
+                     contents(content) AS (VALUES ('placeholder'), ('current'), ('stale'), ('dirty'))
+                INSERT INTO status_totals SELECT kind, content, 0 FROM kinds, contents;
+                CREATE INDEX items_local_only ON items(ino) WHERE kind IN ('fifo', 'socket');
+                UPDATE outbox SET op = 'create' WHERE op = 'createFolder';
                 """)
         }
         return m

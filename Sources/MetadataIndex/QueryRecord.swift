@@ -87,7 +87,13 @@ enum ContentTypes {
     ]
 
     static func type(name: String, kind: ItemKind) -> String {
-        if kind == .folder { return "public.folder" }
+        switch kind {
+        case .folder: return "public.folder"
+        case .symlink: return "public.symlink"
+        // No content type names a FIFO or a socket.
+        case .fifo, .socket: return "public.item"
+        case .file: break
+        }
         guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "public.data" }
         return byExtension[name[name.index(after: dot)...].lowercased()] ?? "public.data"
     }
@@ -96,7 +102,7 @@ enum ContentTypes {
         var out = [type(name: name, kind: kind)]
         while let parent = parents[out.last!], !out.contains(parent) { out.append(parent) }
         if kind == .file && out.last != "public.data" { out.append("public.data") }
-        out.append("public.item")
+        if out.last != "public.item" { out.append("public.item") }
         return out
     }
 }

@@ -51,6 +51,14 @@ struct ControlServer {
                 return try json(RestoreReport(error: refusal.message))
             }
         }
+        router.get(RouterPath(ControlPath.itemStatus)) { request, _ in
+            let path = String(request.uri.queryParameters["path"] ?? "")
+            let report: ItemStatusReport
+            do throws(FSError) { report = ItemStatusReport(attributes: try fs.statusAttributes(atPath: path)) } catch {
+                report = ItemStatusReport(error: "\(path): \(String(cString: strerror(error.errno)))")
+            }
+            return try json(report)
+        }
         router.get(RouterPath(ControlPath.query)) { request, _ in
             try json(runQuery(QueryRequest(request.uri.queryParameters)))
         }

@@ -22,8 +22,18 @@ struct FuseBridge: FileSystemHandler {
 
     func fileAttributes(_ a: NodeAttributes) -> FileAttributes {
         FileAttributes(
-            ino: UInt64(a.ino), mode: (a.kind == .folder ? S_IFDIR : S_IFREG) | a.mode, nlink: a.nlink, uid: a.uid, gid: a.gid,
+            ino: UInt64(a.ino), mode: Self.fileType(a.kind).modeBits | a.mode, nlink: a.nlink, uid: a.uid, gid: a.gid,
             size: a.size, blocks: a.blocks, blockSize: 4096, atime: Self.time(a.atime), mtime: Self.time(a.mtime), ctime: Self.time(a.ctime))
+    }
+
+    static func fileType(_ kind: ItemKind) -> FileType {
+        switch kind {
+        case .file: .regular
+        case .folder: .directory
+        case .symlink: .symlink
+        case .fifo: .fifo
+        case .socket: .socket
+        }
     }
 
     static func time(_ t: Timestamp) -> FileTime {
@@ -77,9 +87,15 @@ struct FuseBridge: FileSystemHandler {
         do { reply.target(try fs.readlink(Int64(ino))) } catch { reply.error(failures.errno(.readlink, ino, error)) }
     }
 
-    func mknod(parent: UInt64, name: [UInt8], mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
+    func mknod(parent: UInt64, name: [UInt8], type: FileType, mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
+        let node: FileSystem.NodeType = switch type {
+        case .regular: .regular
+        case .fifo: .fifo
+        case .socket: .socket
+        case .directory, .symlink, .characterDevice, .blockDevice: .device
+        }
         do {
-            reply.entry(entry(try fs.makeNode(parent: Int64(parent), name: name, mode: mode, uid: context.uid, gid: context.gid)))
+            reply.entry(entry(try fs.makeNode(parent: Int64(parent), name: name, type: node, mode: mode, uid: context.uid, gid: context.gid)))
         } catch { reply.error(failures.errno(.mknod, parent, error)) }
     }
 
@@ -98,7 +114,7 @@ struct FuseBridge: FileSystemHandler {
     }
 
     func symlink(target: [UInt8], parent: UInt64, name: [UInt8], context: RequestContext, reply: consuming EntryReply) {
-        do { reply.entry(entry(try fs.symlink(target: target, parent: Int64(parent), name: name))) } catch { reply.error(failures.errno(.symlink, parent, error)) }
+        do { reply.entry(entry(try fs.symlink(target: target, parent: Int64(parent), name: name, uid: context.uid, gid: context.gid))) } catch { reply.error(failures.errno(.symlink, parent, error)) }
     }
 
     func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: RenameFlags, context: RequestContext, reply: consuming StatusReply) {
@@ -191,7 +207,7 @@ struct FuseBridge: FileSystemHandler {
             let entries = try fs.readDirectory(handle, from: index)
             for e in entries {
                 index += 1
-                if !reply.add(name: Array(e.name.utf8), ino: UInt64(e.attributes.ino), type: e.attributes.kind == .folder ? .directory : .regular, nextOffset: Int64(index)) { break }
+                if !reply.add(name: Array(e.name.utf8), ino: UInt64(e.attributes.ino), type: Self.fileType(e.attributes.kind), nextOffset: Int64(index)) { break }
             }
             reply.send()
         } catch { reply.error(failures.errno(.readdir, ino, error)) }

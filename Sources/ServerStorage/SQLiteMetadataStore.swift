@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import ItemModel
+import SchemaEdit
 
 /// The embedded default for accounts, metadata and the change log: one SQLite database (WAL).
 ///
@@ -215,6 +216,12 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 ALTER TABLE earlier_versions ADD COLUMN device TEXT;
                 """)
         }
+        m.registerMigration("v9: symbolic links") { db in
+            // A link's target, NULL for every other kind; and the kind check lets links in.
+            try db.execute(sql: "ALTER TABLE items ADD COLUMN target TEXT")
+            try SchemaEdit.widenCheck(
+                of: "items", from: "CHECK (kind IN ('file', 'folder'))", to: "CHECK (kind IN ('file', 'folder', 'symlink'))", db)
+        }
         return m
     }
 
@@ -378,10 +385,11 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         try checkDevice(new.savedBy)
         let parent = try Self.requireLive(new.parentID, container, db)
         guard parent.kind == .folder else { throw StorageError.notAFolder(new.parentID) }
+        try checkKind(new)
         if let existing = try Self.anyItem(new.id, container, db) {
             // A retried create (the answer to the first was lost) gets the same item back.
             if !existing.deleted, existing.parentID == new.parentID, existing.name == new.name.rawValue,
-               existing.kind == new.kind, new.kind == .folder || existing.digest == (new.digest ?? .empty) {
+               existing.kind == new.kind, new.kind != .file || existing.digest == (new.digest ?? .empty), existing.target == new.target {
                 return existing
             }
             throw StorageError.itemIDTaken(new.id)
@@ -391,14 +399,19 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         }
         var digest: ContentDigest? = nil
         var size: Int64 = 0
-        if new.kind == .file {
+        switch new.kind {
+        case .file:
             digest = new.digest ?? .empty
             size = try Self.blobSize(digest!, account: container.account, declared: new.declaredSize, db: db)
+        case .symlink:
+            size = Int64(new.target?.utf8.count ?? 0)
+        case .folder, .fifo, .socket:
+            break
         }
         var item = ItemMetadata(
             id: new.id, parentID: new.parentID, name: new.name.rawValue, kind: new.kind, revision: Revision("0"),
             size: size, digest: digest, mode: new.mode, created: new.created, modified: new.modified,
-            xattrs: new.xattrs)
+            xattrs: new.xattrs, target: new.kind == .symlink ? new.target : nil)
         try Self.commit(&item, kind: .upsert, in: container, db: db, isNew: true)
         if let savedBy = new.savedBy { try Self.setSavedBy(savedBy, of: item.id, in: container, db: db) }
         return item
@@ -409,6 +422,13 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
     static func setSavedBy(_ device: String?, of id: ItemID, in container: ContainerRef, db: Database) throws {
         try db.cachedStatement(sql: "UPDATE items SET saved_by = ? WHERE container_key = ? AND id = ?").execute(
             arguments: [device, container.key, id.rawValue])
+    }
+
+    /// Refuses the kinds the server does not keep, and a link without a valid target.
+    static func checkKind(_ new: NewItem) throws(StorageError) {
+        guard new.kind.isSynced else { throw .unsyncedKind(new.kind) }
+        guard new.kind == .symlink else { return }
+        do { try SymlinkTarget.validate(new.target ?? "") } catch { throw .invalidTarget(error) }
     }
 
     /// Refuses a device name out of bounds; nil (none named) passes.
@@ -720,17 +740,17 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         let conflicts = item.conflicts.isEmpty ? nil : try encoder.encode(item.conflicts)
         let args: StatementArguments = [
             item.parentID?.rawValue, item.name, item.kind.rawValue, seq, item.size, item.digest?.hex,
-            Int64(item.mode), item.created, item.modified, xattrs, conflicts, item.deleted ? 1 : 0, container.key, item.id.rawValue,
+            Int64(item.mode), item.created, item.modified, xattrs, conflicts, item.deleted ? 1 : 0, item.target, container.key, item.id.rawValue,
         ]
         if isNew {
             try db.cachedStatement(sql: """
-                INSERT INTO items (parent_id, name, kind, revision, size, digest, mode, created, modified, xattrs, conflicts, deleted, container_key, id)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO items (parent_id, name, kind, revision, size, digest, mode, created, modified, xattrs, conflicts, deleted, target, container_key, id)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(arguments: args)
         } else {
             try db.cachedStatement(sql: """
                 UPDATE items SET parent_id = ?, name = ?, kind = ?, revision = ?, size = ?, digest = ?, mode = ?,
-                created = ?, modified = ?, xattrs = ?, conflicts = ?, deleted = ? WHERE container_key = ? AND id = ?
+                created = ?, modified = ?, xattrs = ?, conflicts = ?, deleted = ?, target = ? WHERE container_key = ? AND id = ?
                 """).execute(arguments: args)
         }
     }
@@ -781,7 +801,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             kind: ItemKind(rawValue: row["kind"])!, revision: Revision(String(revision)), size: row["size"],
             digest: try digest.map { try ContentDigest(hex: $0) }, mode: UInt32(truncatingIfNeeded: mode),
             created: row["created"], modified: row["modified"], xattrs: xattrs, deleted: (row["deleted"] as Int64) != 0,
-            conflicts: conflicts)
+            conflicts: conflicts, target: row["target"])
     }
 }
 

@@ -58,6 +58,10 @@ public enum StorageError: Error, Sendable, Equatable {
     case earlierVersionNotFound(Revision)
     /// A conflict version's device name is empty or longer than `ConflictVersion.maxDeviceBytes`.
     case invalidDevice(String)
+    /// A link without a target, or with one `SymlinkTarget` refuses.
+    case invalidTarget(SymlinkTarget.Invalid)
+    /// FIFOs and sockets stay on the device that made them.
+    case unsyncedKind(ItemKind)
     case invalidCursor(String)
     /// A key-value write past one of the store's limits; nothing was stored.
     case keyValueLimit(KeyValueRefusal)
@@ -92,12 +96,16 @@ public struct NewItem: Sendable {
     public var xattrs: [String: Data]
     /// The device that saved the content, if the writer named one.
     public var savedBy: String?
+    /// A link's target; nil for every other kind.
+    public var target: String?
 
     public init(
         id: ItemID, parentID: ItemID, name: ItemName, kind: ItemKind, digest: ContentDigest?,
-        declaredSize: Int64?, mode: UInt32, created: Timestamp, modified: Timestamp, xattrs: [String: Data], savedBy: String? = nil
+        declaredSize: Int64?, mode: UInt32, created: Timestamp, modified: Timestamp, xattrs: [String: Data], savedBy: String? = nil,
+        target: String? = nil
     ) {
         self.savedBy = savedBy
+        self.target = target
         self.id = id
         self.parentID = parentID
         self.name = name

@@ -14,6 +14,7 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
     case invalidCursor = "invalid_cursor"
     case invalidXattr = "invalid_xattr"
     case invalidDevice = "invalid_device"
+    case invalidTarget = "invalid_target"
     case invalidMove = "invalid_move"
     case notAFolder = "not_a_folder"
     case notAFile = "not_a_file"
@@ -44,7 +45,7 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
         switch self {
         case .unauthorized, .invalidCredentials: 401
         case .invalidRequest, .invalidName, .invalidContainerID, .invalidItemID, .invalidDigest,
-             .invalidCursor, .invalidXattr, .invalidDevice, .invalidMove, .notAFolder, .notAFile, .rootIsImmutable,
+             .invalidCursor, .invalidXattr, .invalidDevice, .invalidTarget, .invalidMove, .notAFolder, .notAFile, .rootIsImmutable,
              .sizeMismatch, .kvKeyTooLong:
             400
         case .routeNotFound, .containerNotFound, .itemNotFound, .versionNotFound, .blobNotFound: 404

@@ -35,6 +35,10 @@ public enum ControlPath {
     public static let keyValueWatch = "/kv/watch"
     /// `GET /whoami`: `WhoAmIReport`.
     public static let whoami = "/whoami"
+    /// `GET /item-status?path=P`, P from the container's root (`/a/b`): the status attributes
+    /// of the item there, not of what a link points at (`ItemStatusReport`). For links, FIFOs
+    /// and sockets, whose `user.*` attributes Linux does not let anyone read.
+    public static let itemStatus = "/item-status"
 
     /// A key as a query parameter's value: every byte but `A-Z a-z 0-9 - _ ~` percent-encoded.
     public static func keyParameter(_ key: String) -> String { "key=" + APIPath.percentEncoded(key) }
@@ -156,6 +160,16 @@ public struct EarlierVersionsReport: Codable, Sendable {
     public var error: String?
     public init(versions: [EarlierVersion]? = nil, error: String? = nil) {
         self.versions = versions
+        self.error = error
+    }
+}
+
+/// The answer to `GET /item-status`: the `user.ubiq.*` attributes by name, or why there are none.
+public struct ItemStatusReport: Codable, Sendable {
+    public var attributes: [String: String]
+    public var error: String?
+    public init(attributes: [String: String] = [:], error: String? = nil) {
+        self.attributes = attributes
         self.error = error
     }
 }

@@ -79,7 +79,7 @@ public struct ItemList: Codable, Sendable {
     public init(items: [ItemMetadata]) { self.items = items }
 }
 
-/// `POST /v1/containers/{c}/items`: a new file (with content already uploaded as a blob) or folder.
+/// `POST /v1/containers/{c}/items`: a new file (with content already uploaded as a blob), folder or link.
 public struct CreateItemRequest: Codable, Sendable {
     public var parentID: ItemID
     public var name: String
@@ -100,12 +100,15 @@ public struct CreateItemRequest: Codable, Sendable {
     /// The device that saved the content, 1 to `ConflictVersion.maxDeviceBytes` bytes: the
     /// file's earlier versions say who made each (`EarlierVersion.device`).
     public var device: String?
+    /// Links only, and required for them: the target text (`SymlinkTarget`).
+    public var target: String?
 
     public init(
         parentID: ItemID, name: String, kind: ItemKind, digest: ContentDigest? = nil, size: Int64? = nil,
         mode: UInt32? = nil, created: Timestamp? = nil, modified: Timestamp? = nil,
-        xattrs: [String: Data]? = nil, id: ItemID? = nil, content: Data? = nil, device: String? = nil
+        xattrs: [String: Data]? = nil, id: ItemID? = nil, content: Data? = nil, device: String? = nil, target: String? = nil
     ) {
+        self.target = target
         self.content = content
         self.device = device
         self.parentID = parentID

@@ -310,7 +310,8 @@ extension SyncEngine {
                 itemID: remote.id, parent: parent.ino, name: remote.name, kind: remote.kind, size: remote.size,
                 mode: remote.mode, uid: getuid(), gid: getgid(), created: remote.created, modified: remote.modified,
                 changed: Self.now(), xattrs: remote.xattrs, revision: remote.revision, serverDigest: remote.digest,
-                content: remote.kind == .folder ? .current : .placeholder, pinned: parent.pinned, conflicts: remote.conflicts))
+                content: remote.kind == .file ? .placeholder : .current, pinned: parent.pinned, conflicts: remote.conflicts,
+                target: remote.target))
             effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
             effects.invalidations.append(.inode(parent.ino))
             let path = try batch.path(of: parent.ino, r).map { $0 == "/" ? "/" + remote.name : $0 + "/" + remote.name }
@@ -340,7 +341,7 @@ extension SyncEngine {
         try w.update(item)
         // The new identity has sent nothing yet: what the old one's creates sent is not its.
         try w.forgetSentContents(of: item.ino)
-        try w.enqueue(item.kind == .folder ? .createFolder : .content, ino: item.ino)
+        try w.enqueue(item.kind == .file ? .content : .create, ino: item.ino)
         effects.sendQueued = true
     }
 

@@ -23,6 +23,8 @@ extension SyncEngine {
             if let refused { throw refused }
             return
         }
+        // A link's target is metadata, a FIFO or a socket has no content: nothing to drop.
+        guard item.kind == .file else { return }
         // An open file's descriptors read and write its cache file: removing it under a writer
         // lost both the old content and what the writer wrote next.
         if openFiles.isOpen(ino) { throw EvictRefusal.inUse }

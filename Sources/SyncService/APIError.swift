@@ -51,6 +51,8 @@ extension APIError {
         case .earlierVersionNotFound(let revision):
             self.init(.versionNotFound, "the file has no earlier version of revision \(revision) (never, or no longer kept)")
         case .invalidDevice(let name): self.init(.invalidDevice, "a device name must be 1 to \(ConflictVersion.maxDeviceBytes) bytes, not '\(name.prefix(80))'")
+        case .invalidTarget(let why): self.init(.invalidTarget, "\(why)")
+        case .unsyncedKind(let kind): self.init(.invalidRequest, "a \(kind.rawValue) stays on the device that made it: only files, folders and links are kept")
         case .invalidCursor(let c): self.init(.invalidCursor, "'\(c)' is not a cursor of this server")
         case .keyValueLimit(let refusal): self.init(refusal)
         case .diskFull: self.init(.insufficientStorage, "the server's disk is full; nothing was changed")

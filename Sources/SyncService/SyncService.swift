@@ -139,12 +139,18 @@ public struct SyncService: Sendable {
         if body.content != nil, body.kind != .file || body.digest == nil {
             throw APIError(.invalidRequest, "inline content needs a file and the digest it hashes to")
         }
+        if body.kind == .symlink && (body.digest != nil || body.size.map { $0 != Int64(body.target?.utf8.count ?? 0) } == true) {
+            throw APIError(.invalidRequest, "a link has no content: omit digest, and give size as its target's length or not at all")
+        }
+        if body.target != nil && body.kind != .symlink {
+            throw APIError(.invalidRequest, "only a link has a target")
+        }
         let now = WallClock.now()
         return NewItem(
             id: try body.id.map(RequestChecks.wellFormed) ?? ItemID.random(), parentID: parentID,
             name: name, kind: body.kind, digest: body.digest, declaredSize: body.size,
             mode: (body.mode ?? ItemMetadata.defaultMode(for: body.kind)) & 0o7777,
             created: body.created ?? now, modified: body.modified ?? body.created ?? now, xattrs: body.xattrs ?? [:],
-            savedBy: body.kind == .file ? body.device : nil)
+            savedBy: body.kind == .file ? body.device : nil, target: body.target)
     }
 }

@@ -18,11 +18,21 @@ public struct ServerView: Sendable {
     public struct TreeEntry: Sendable, Hashable, CustomStringConvertible {
         public var kind: ItemKind
         public var digest: ContentDigest?
-        public init(kind: ItemKind, digest: ContentDigest?) {
+        /// A link's target.
+        public var target: String?
+        public init(kind: ItemKind, digest: ContentDigest?, target: String? = nil) {
             self.kind = kind
             self.digest = digest
+            self.target = target
         }
-        public var description: String { kind == .folder ? "folder" : "file(\(digest?.hex.prefix(8) ?? "-"))" }
+        public static func link(_ target: String) -> TreeEntry { TreeEntry(kind: .symlink, digest: nil, target: target) }
+        public var description: String {
+            switch kind {
+            case .folder: "folder"
+            case .symlink: "link(\(target ?? "-"))"
+            default: "\(kind.rawValue)(\(digest?.hex.prefix(8) ?? "-"))"
+            }
+        }
     }
 
     /// The account's identity, as `whoami` answers it.
@@ -101,7 +111,7 @@ public struct ServerView: Sendable {
         func walk(_ folder: ItemID, _ prefix: String) {
             for child in byParent[folder] ?? [] {
                 let path = prefix + "/" + child.name
-                out[path] = TreeEntry(kind: child.kind, digest: child.digest)
+                out[path] = TreeEntry(kind: child.kind, digest: child.digest, target: child.target)
                 if child.kind == .folder { walk(child.id, path) }
             }
         }
@@ -131,6 +141,12 @@ public struct OtherDevice: Sendable {
     public func createFolder(_ name: String, in parent: ItemID = .root, xattrs: [String: Data] = [:]) async throws -> ItemMetadata {
         _ = try await connection.ensureContainer()
         return try await connection.createItem(CreateItemRequest(parentID: parent, name: name, kind: .folder, xattrs: xattrs))
+    }
+
+    @discardableResult
+    public func createLink(_ name: String, target: String, in parent: ItemID = .root) async throws -> ItemMetadata {
+        _ = try await connection.ensureContainer()
+        return try await connection.createItem(CreateItemRequest(parentID: parent, name: name, kind: .symlink, target: target))
     }
 
     @discardableResult

@@ -1,4 +1,5 @@
 import Glibc
+import ItemModel
 
 /// The entry points of operations that may wait for the network. Each answers through
 /// `answer`, exactly once, from whichever thread has the answer first:
@@ -58,22 +59,45 @@ extension FileSystem {
     }
 }
 
-/// What is refused, and how, for the kinds of node the mount does not sync (docs/SEMANTICS.md).
+/// Links and special files (docs/SEMANTICS.md, "Links and special files").
 extension FileSystem {
-    /// Hard links are not supported.
+    /// Hard links are not supported: an item has one place.
     public func link(_ ino: Int64, newParent: Int64, newName: [UInt8]) throws(FSError) -> NodeAttributes { throw .notPermitted }
 
-    /// Symbolic links are not synced.
-    public func symlink(target: [UInt8], parent: Int64, name: [UInt8]) throws(FSError) -> NodeAttributes { throw .notPermitted }
+    /// A link keeps its target as given: never resolved, never rewritten.
+    public func symlink(target: [UInt8], parent: Int64, name: [UInt8], uid: UInt32, gid: UInt32) throws(FSError) -> NodeAttributes {
+        let text: String
+        do { text = try SymlinkTarget.text(target) } catch { throw .invalidTarget(error) }
+        return try makeItemWithoutContent(
+            .symlink, parent: parent, name: name, mode: ItemMetadata.defaultMode(for: .symlink), target: text, uid: uid, gid: gid)
+    }
 
-    /// No node is a link, so none has a target to read.
-    public func readlink(_ ino: Int64) throws(FSError) -> [UInt8] { throw .invalidArgument }
+    public func readlink(_ ino: Int64) throws(FSError) -> [UInt8] {
+        let item = try item(ino)
+        guard item.kind == .symlink, let target = item.target else { throw .invalidArgument }
+        return Array(target.utf8)
+    }
 
-    /// `mknod` of a regular file (the binding refuses every other type): a file created and
-    /// closed at once.
-    public func makeNode(parent: Int64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32) throws(FSError) -> NodeAttributes {
-        let opened = try createFile(parent: parent, name: name, mode: mode, flags: O_WRONLY | O_EXCL, uid: uid, gid: gid)
-        release(opened.handle)
-        return opened.attributes
+    /// The types `mknod` can make here. Device nodes are refused: a node that opens this
+    /// machine's hardware has no meaning on another.
+    public enum NodeType: Sendable {
+        case regular, fifo, socket, device
+    }
+
+    /// `mknod`: a regular file is created and closed at once; a FIFO or a socket is a
+    /// local-only item (its pipe or socket lives in the kernel).
+    public func makeNode(parent: Int64, name: [UInt8], type: NodeType, mode: UInt32, uid: UInt32, gid: UInt32) throws(FSError) -> NodeAttributes {
+        switch type {
+        case .regular:
+            let opened = try createFile(parent: parent, name: name, mode: mode, flags: O_WRONLY | O_EXCL, uid: uid, gid: gid)
+            release(opened.handle)
+            return opened.attributes
+        case .fifo:
+            return try makeItemWithoutContent(.fifo, parent: parent, name: name, mode: mode, uid: uid, gid: gid)
+        case .socket:
+            return try makeItemWithoutContent(.socket, parent: parent, name: name, mode: mode, uid: uid, gid: gid)
+        case .device:
+            throw .notPermitted
+        }
     }
 }

@@ -10,7 +10,8 @@ public enum FSError: Error, Sendable, Equatable {
     case isADirectory
     case invalidName(ItemName.Invalid)
     case nameTooLong
-    /// Hard links, special files, symbolic links: not synced, refused (docs/SEMANTICS.md).
+    case invalidTarget(SymlinkTarget.Invalid)
+    /// Hard links and device nodes: refused (docs/SEMANTICS.md).
     case notPermitted
     case notSupported
     case invalidArgument
@@ -48,6 +49,7 @@ public enum FSError: Error, Sendable, Equatable {
             case .empty, .dotOrDotDot, .containsSlash, .containsNUL, .notUTF8: EINVAL
             }
         case .nameTooLong: ENAMETOOLONG
+        case .invalidTarget(let why): why == .tooLong ? ENAMETOOLONG : EINVAL
         case .notPermitted: EPERM
         case .notSupported: EOPNOTSUPP
         case .invalidArgument: EINVAL

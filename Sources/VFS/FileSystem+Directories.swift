@@ -44,6 +44,14 @@ extension FileSystem {
     }
 
     public func makeDirectory(parent: Int64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32) throws(FSError) -> NodeAttributes {
+        try makeItemWithoutContent(.folder, parent: parent, name: name, mode: mode, uid: uid, gid: gid)
+    }
+
+    /// A folder, a link, a FIFO or a socket: an item whose row is all of it. The synced kinds'
+    /// creates are queued (unless the place is local-only).
+    func makeItemWithoutContent(
+        _ kind: ItemKind, parent: Int64, name: [UInt8], mode: UInt32, target: String? = nil, uid: UInt32, gid: UInt32
+    ) throws(FSError) -> NodeAttributes {
         try refuseChange(in: parent, name: name)
         let n = try Self.name(name)
         let now = Self.now()
@@ -52,9 +60,9 @@ extension FileSystem {
             guard p.kind == .folder else { throw FSError.notADirectory }
             if try w.reader.child(of: parent, named: n.rawValue) != nil { throw FSError.exists }
             let item = try w.insert(LocalItem(
-                itemID: .random(), parent: parent, name: n.rawValue, kind: .folder, size: 0, mode: mode & 0o7777,
-                uid: uid, gid: gid, created: now, modified: now, changed: now, content: .current, pinned: p.pinned))
-            if try !w.reader.isExcluded(item.ino) { try w.enqueue(.createFolder, ino: item.ino) }
+                itemID: .random(), parent: parent, name: n.rawValue, kind: kind, size: Int64(target?.utf8.count ?? 0), mode: mode & 0o7777,
+                uid: uid, gid: gid, created: now, modified: now, changed: now, content: .current, pinned: p.pinned, target: target))
+            if try kind.isSynced && !w.reader.isExcluded(item.ino) { try w.enqueue(.create, ino: item.ino) }
             try touchFolder(parent, w, now)
             return item
         })

@@ -169,11 +169,11 @@ extension FileSystem {
     func announce(_ item: LocalItem, _ w: LocalWriter) throws {
         var all = [item]
         all += try w.reader.descendants(of: item.ino)
-        for var d in all {
+        for var d in all where d.kind.isSynced {
             d.revision = nil
             if d.kind == .file { d.content = d.content == .placeholder ? .placeholder : .dirty }
             try w.update(d)
-            try w.enqueue(d.kind == .folder ? .createFolder : .content, ino: d.ino)
+            try w.enqueue(d.kind == .file ? .content : .create, ino: d.ino)
         }
     }
 }

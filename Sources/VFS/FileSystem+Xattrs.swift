@@ -23,10 +23,25 @@ extension FileSystem {
         return Array(value)
     }
 
+    /// The status attributes of the item at `path` (from the container's root), found as the
+    /// kernel would look it up, without following a link at the end.
+    public func statusAttributes(atPath path: String) throws(FSError) -> [String: String] {
+        var ino = LocalItem.rootIno
+        for component in path.split(separator: "/") {
+            guard let found = try lookup(parent: ino, name: Array(component.utf8)) else { throw .notFound }
+            ino = found.ino
+        }
+        return Dictionary(status(of: try item(ino)).attributes, uniquingKeysWith: { first, _ in first })
+    }
+
     /// Names only, from the item's row alone: listing must stay one query (tools list the
     /// attributes of every file they copy or show).
     public func listXattrs(_ ino: Int64) throws(FSError) -> [String] {
         let item = try item(ino)
+        // Linux keeps `user.*` attributes to files and folders: for a link, a FIFO or a socket
+        // the kernel answers every read ENODATA before asking, so none is listed
+        // (`ubiq status` shows their state).
+        guard item.kind == .file || item.kind == .folder else { return [] }
         var names = ItemStatus.names(downloadingError: item.downloadError != nil, uploadingError: item.uploadError != nil, revision: item.revision != nil,
                                        conflictVersions: hasUnsettledConflicts(item))
         // Known once the server was first reached.

@@ -77,8 +77,12 @@ public final class FileSystem: Sendable {
         let l = openFiles.beingWritten(item.ino)
         var item = item
         if let accessed = content.unsavedAccess(item.ino) { item.lastAccess = max(item.lastAccess, accessed) }
-        if item.kind == .folder { item.modified = listings.modified(item.ino, stored: item.modified) }
-        return NodeAttributes(item, liveSize: l?.size, liveModified: l?.modified)
+        var subfolders = 0
+        if item.kind == .folder {
+            item.modified = listings.modified(item.ino, stored: item.modified)
+            subfolders = (try? store.read { try $0.subfolderCount(of: item.ino) }) ?? 0
+        }
+        return NodeAttributes(item, liveSize: l?.size, liveModified: l?.modified, subfolders: subfolders)
     }
 
     static func name(_ bytes: [UInt8]) throws(FSError) -> ItemName {

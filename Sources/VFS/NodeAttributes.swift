@@ -35,15 +35,17 @@ public struct VolumeStatistics: Sendable, Hashable {
 }
 
 extension NodeAttributes {
-    init(_ item: LocalItem, liveSize: Int64? = nil, liveModified: Timestamp? = nil) {
+    /// `subfolders`: a folder's, which its link count counts (each one's `..`), as ext4's does.
+    init(_ item: LocalItem, liveSize: Int64? = nil, liveModified: Timestamp? = nil, subfolders: Int = 0) {
         let size = liveSize ?? item.size
         let blocks: Int64
         switch item.content {
         case .placeholder: blocks = 0
-        case .current, .stale, .dirty: blocks = item.kind == .folder ? 0 : (size + 511) / 512
+        // A link's target is in the row, as ext4 keeps a short one in the inode.
+        case .current, .stale, .dirty: blocks = item.kind == .file ? (size + 511) / 512 : 0
         }
         self.init(
-            ino: item.ino, kind: item.kind, mode: item.mode & 0o7777, nlink: item.kind == .folder ? 2 : 1,
+            ino: item.ino, kind: item.kind, mode: item.mode & 0o7777, nlink: item.kind == .folder ? 2 + UInt32(clamping: subfolders) : 1,
             uid: item.uid, gid: item.gid, size: item.kind == .folder ? 4096 : size, blocks: blocks,
             // Never opened here: its modification time.
             atime: item.lastAccess > 0 ? item.lastAccess : liveModified ?? item.modified, mtime: liveModified ?? item.modified,

@@ -43,7 +43,9 @@ enum Xattr {
 func requireInMount(_ path: String) throws -> String {
     let absolute = Paths.absolute(path)
     guard MountTable.mount(containing: absolute) != nil else { throw Failure("\(path) is not inside a ubiq mount") }
-    guard access(absolute, F_OK) == 0 else { throw Failure("\(path): \(String(cString: strerror(errno)))") }
+    // The entry itself: a dangling link is in the mount too.
+    var info = stat()
+    guard lstat(absolute, &info) == 0 else { throw Failure("\(path): \(String(cString: strerror(errno)))") }
     return absolute
 }
 
@@ -102,7 +104,12 @@ struct Status: AsyncParsableCommand {
                 failed = true
                 continue
             }
-            let attributes = Xattr.status(absolute)
+            let attributes: [(String, String)]
+            do { attributes = try await Self.status(of: absolute, shownAs: path) } catch {
+                printError("\(error)")
+                failed = true
+                continue
+            }
             if json {
                 var object: [String: Any] = ["path": path]
                 for (k, v) in attributes { object[k] = ItemStatus.jsonValue(of: k, v) }
@@ -112,6 +119,24 @@ struct Status: AsyncParsableCommand {
             }
         }
         if failed { throw ExitCode(1) }
+    }
+
+    /// A file's or a folder's status attributes, read as any program reads them; those of a
+    /// link, a FIFO or a socket from the daemon, since Linux keeps `user.*` attributes off them.
+    static func status(of absolute: String, shownAs path: String) async throws -> [(String, String)] {
+        var info = stat()
+        let type = lstat(absolute, &info) == 0 ? info.st_mode & S_IFMT : S_IFREG
+        if type == S_IFREG || type == S_IFDIR { return Xattr.status(absolute) }
+        guard let top = MountTable.mount(containing: absolute) else { throw Failure("\(path) is not inside a ubiq mount") }
+        let report: ItemStatusReport
+        do {
+            report = try await Versions.control(of: absolute).get(
+                ControlPath.itemStatus + "?path=" + APIPath.percentEncoded(String(absolute.dropFirst(top == "/" ? 0 : top.count))))
+        } catch {
+            throw Failure("\(path): the mount's daemon does not answer: \(error)")
+        }
+        if let error = report.error { throw Failure(error) }
+        return Xattr.statusNames.compactMap { name in report.attributes["user.ubiq." + name].map { (name, $0) } }
     }
 }
 

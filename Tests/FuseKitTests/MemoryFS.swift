@@ -197,8 +197,8 @@ final class MemoryFS: FileSystemHandler {
         reply.target(node.target)
     }
 
-    func mknod(parent: UInt64, name: [UInt8], mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
-        switch create(parent: parent, name: name, mode: S_IFREG | mode, context: context) {
+    func mknod(parent: UInt64, name: [UInt8], type: FileType, mode: UInt32, context: RequestContext, reply: consuming EntryReply) {
+        switch create(parent: parent, name: name, mode: type.modeBits | mode, context: context) {
         case .success(let attributes): reply.entry(entry(attributes))
         case .failure(let error): reply.error(error.code)
         }

@@ -68,7 +68,8 @@ extension TestDevice {
     }
 }
 
-/// The server's tree of the default container, path → digest (or "dir"), through its HTTP API.
+/// The server's tree of the default container, path → digest (or "dir", or "-> target" for a
+/// link), through its HTTP API.
 func serverTree(_ server: ServerProcess, user: String = "alice", password: String = "alice-pw") async throws -> [String: String] {
     let http = try await TestHTTP(baseURL: server.baseURL).login(user, password)
     var result: [String: String] = [:]
@@ -79,6 +80,8 @@ func serverTree(_ server: ServerProcess, user: String = "alice", password: Strin
             if item.kind == .folder {
                 result[path] = "dir"
                 try await walk(item.id, path)
+            } else if item.kind == .symlink {
+                result[path] = "-> " + (item.target ?? "?")
             } else {
                 result[path] = item.digest?.hex ?? "?"
             }

@@ -134,13 +134,16 @@ struct PosixErrorTests {
         #expect(try await state(h) == before)
     }
 
-    @Test("hard and symbolic links are not permitted (EPERM), readlink is EINVAL, a whiteout rename EINVAL", arguments: StoreSetup.allCases)
+    @Test("hard links and device nodes are not permitted (EPERM); readlink of a file and a link's bad target are EINVAL; a whiteout rename EINVAL", arguments: StoreSetup.allCases)
     func link(_ setup: StoreSetup) async throws {
         let h = try await setUp(setup)
         defer { h.close() }
         let file = try h.writeNewFile("f", [1])
         #expect(errnoOf { try h.fs.link(file, newParent: rootIno, newName: n("g")) } == EPERM)
-        #expect(errnoOf { try h.fs.symlink(target: n("f"), parent: rootIno, name: n("s")) } == EPERM)
+        #expect(errnoOf { try h.fs.makeNode(parent: rootIno, name: n("d"), type: .device, mode: 0o600, uid: 0, gid: 0) } == EPERM)
+        #expect(errnoOf { try h.fs.symlink(target: [0x66, 0xFF], parent: rootIno, name: n("s"), uid: 0, gid: 0) } == EINVAL)
+        #expect(errnoOf { try h.fs.symlink(target: [], parent: rootIno, name: n("s"), uid: 0, gid: 0) } == EINVAL)
+        #expect(errnoOf { try h.fs.symlink(target: n("f"), parent: rootIno, name: n("f"), uid: 0, gid: 0) } == EEXIST)
         #expect(errnoOf { try h.fs.readlink(file) } == EINVAL)
         #expect(errnoOf { try h.fs.rename(parent: rootIno, name: n("f"), newParent: rootIno, newName: n("w"), noReplace: false, exchange: false, whiteout: true) } == EINVAL)
         #expect(try h.fs.lookup(parent: rootIno, name: n("f")) != nil)

@@ -74,7 +74,7 @@ extension SyncEngine {
     }
 
     /// The request the entry's operation needs: a deletion (`sendDelete`), or, once the item's
-    /// folder is on the server (`parentOnServer`), a folder's create, the content
+    /// folder is on the server (`parentOnServer`), a folder's or a link's create, the content
     /// (`uploadSnapshot`), a move, or a change of mode and times or of extended attributes. A
     /// refusal goes to its handling.
     func sendByOperation(_ entry: OutboxEntry) async throws -> Outcome {
@@ -86,14 +86,14 @@ extension SyncEngine {
             return .later("waiting for its folder to reach the server", after: .seconds(1), offline: false)
         }
         switch entry.op {
-        case .createFolder:
+        case .create:
             if item.revision != nil { return .done }
             let created: ItemMetadata
             do {
                 try store.write { w in try w.noteCreateSent(item.ino, parentID: parentID, name: item.name) }
                 created = try await remote.createItem(CreateItemRequest(
-                    parentID: parentID, name: item.name, kind: .folder, mode: item.mode, created: item.created,
-                    modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID))
+                    parentID: parentID, name: item.name, kind: item.kind, mode: item.mode, created: item.created,
+                    modified: item.modified, xattrs: item.xattrs.isEmpty ? nil : item.xattrs, id: item.itemID, target: item.target))
             } catch let RemoteError.refused(code, _, current) where code == .nameExists {
                 return try await nameTaken(by: current, for: item.ino)
             } catch let RemoteError.refused(code, _, _) where code == .itemIDTaken {
@@ -172,7 +172,7 @@ extension SyncEngine {
         if parentIno == LocalItem.rootIno { return .root }
         guard let parent = try store.read({ try $0.item(parentIno) }) else { return nil }
         if parent.revision != nil { return parent.itemID }
-        let pending = try store.read { r in try r.queuedEntry(.createFolder, of: parentIno) }
+        let pending = try store.read { r in try r.queuedEntry(.create, of: parentIno) }
         guard let pending, pending.notBefore <= Self.now() else { return nil }
         // Retried at once: a create that first had to move a name's holder aside goes at once.
         let outcome = await sendRetryingAtOnce(pending)
