@@ -25,14 +25,21 @@ public enum FSError: Error, Sendable, Equatable {
     /// or create what is there now.
     case stale
     case noSpace
+    /// Past the largest file the cache folder's file system holds.
+    case fileTooLarge
     /// The versions folder and its files cannot be changed.
     case readOnlyFileSystem
     /// Content could not be fetched or stored; the item's error attribute says why.
     case io
 
-    /// A failed write's errno as its writer sees it: a full disk or quota is ENOSPC, never EIO.
+    /// A failed write's errno as its writer sees it: a full disk or quota is ENOSPC, a size past
+    /// what the cache folder holds EFBIG, never EIO.
     public init(writeFailure code: Int32) {
-        self = code == ENOSPC || code == EDQUOT ? .noSpace : .io
+        switch code {
+        case ENOSPC, EDQUOT: self = .noSpace
+        case EFBIG: self = .fileTooLarge
+        default: self = .io
+        }
     }
 
     /// Exhaustive on purpose: a new case forces a decision.
@@ -60,6 +67,7 @@ public enum FSError: Error, Sendable, Equatable {
         case .badHandle: EBADF
         case .stale: ESTALE
         case .noSpace: ENOSPC
+        case .fileTooLarge: EFBIG
         case .readOnlyFileSystem: EROFS
         case .io: EIO
         }

@@ -226,8 +226,9 @@ extension FileSystem {
 
     func setSize(_ ino: Int64, _ size: Int64, fd: Int32) throws(FSError) {
         guard ftruncate(fd, off_t(size)) == 0 else {
-            if errno == ENOSPC { cache.dropReserve() }
-            throw errno == ENOSPC ? .noSpace : .io
+            let code = errno
+            if code == ENOSPC { cache.dropReserve() }
+            throw FSError(writeFailure: code)
         }
         let now = Self.now()
         openFiles.truncated(ino, to: size, at: now)

@@ -91,6 +91,8 @@ public final class FileSystem: Sendable {
 
     /// nil: no such name (the bridge answers a cacheable negative entry).
     public func lookup(parent: Int64, name: [UInt8]) throws(FSError) -> NodeAttributes? {
+        // No name this long can exist; the kernel leaves NAME_MAX to the file system.
+        if name.count > ItemName.maxByteCount { throw .nameTooLong }
         guard var text = String(validating: name, as: UTF8.self) else { return nil }
         text = storedName(text, in: parent)
         if parent == versionsFolder { try refreshVersionsFolder() }
@@ -110,7 +112,10 @@ public final class FileSystem: Sendable {
     }
 
     public func attributes(_ ino: Int64) throws(FSError) -> NodeAttributes {
-        attributes(of: try item(ino))
+        var attributes = attributes(of: try item(ino))
+        // Deleted while open (`fstat` of it): no name links to it any more.
+        if openFiles.detached(ino) != nil { attributes.nlink = 0 }
+        return attributes
     }
 
     public func forget(_ ino: Int64) {

@@ -26,14 +26,27 @@ struct PosixErrorTests {
         return out
     }
 
-    @Test("lookup of a missing name answers nil, in a missing folder ENOENT", arguments: StoreSetup.allCases)
+    @Test("lookup of a missing name answers nil, in a missing folder ENOENT, of a name over 255 bytes ENAMETOOLONG", arguments: StoreSetup.allCases)
     func lookupMissing(_ setup: StoreSetup) async throws {
         let h = try await setUp(setup)
         defer { h.close() }
         #expect(try h.fs.lookup(parent: rootIno, name: n("missing")) == nil)
+        #expect(errnoOf { try h.fs.lookup(parent: rootIno, name: n(String(repeating: "x", count: 256))) } == ENAMETOOLONG)
         #expect(try h.fs.lookup(parent: try h.requireIno("/dir"), name: n("a.txt")) == nil)
         #expect(errnoOf { try h.fs.lookup(parent: 987_654, name: n("x")) } == ENOENT)
         #expect(errnoOf { try h.fs.attributes(987_654) } == ENOENT)
+    }
+
+    @Test("a file deleted while open has no links (fstat's st_nlink 0); a size past what the cache holds is EFBIG", arguments: StoreSetup.allCases)
+    func deletedWhileOpen(_ setup: StoreSetup) async throws {
+        let h = try await setUp(setup)
+        defer { h.close() }
+        let ino = try h.requireIno("/a.txt")
+        let opened = try await h.fs.open(ino, flags: O_RDONLY)
+        try h.fs.unlink(parent: rootIno, name: n("a.txt"))
+        #expect(try h.fs.attributes(ino).nlink == 0)
+        h.fs.release(opened.handle)
+        #expect(FSError(writeFailure: EFBIG).errno == EFBIG)
     }
 
     @Test("mkdir over an existing folder or file is EEXIST", arguments: StoreSetup.allCases)
