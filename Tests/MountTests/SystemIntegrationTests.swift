@@ -20,7 +20,7 @@ import TestSupport
         return try await run("/usr/bin/systemd-analyze", (user ? ["--user"] : []) + ["verify", unit], timeout: .seconds(60), environment: env)
     }
 
-    @Test("scripts/install puts the commands, the mount helper, the units and the completions in place, and systemd accepts the units")
+    @Test("scripts/install puts the commands, the mount helper, the units, the completions and the man pages in place; systemd accepts the units, groff the pages")
     func installedUnitsVerify() async throws {
         let dir = try TempDirectory("ubiq-install")
         defer { dir.remove() }
@@ -29,9 +29,18 @@ import TestSupport
         for file in [
             "bin/ubiq", "bin/ubiq-server", "sbin/mount.fuse.ubiq", "lib/systemd/user/ubiq-mount@.service", "lib/systemd/system/ubiq-server.service",
             "share/bash-completion/completions/ubiq", "share/zsh/site-functions/_ubiq-server", "share/fish/vendor_completions.d/ubiq.fish",
+            "share/man/man1/ubiq.1", "share/man/man1/ubiq-server.1",
         ] {
             #expect(FileManager.default.fileExists(atPath: prefix + "/" + file), "\(file) installed")
         }
+        // The man pages render without a warning and describe every subcommand with its options.
+        for tool in ["ubiq", "ubiq-server"] {
+            let page = prefix + "/share/man/man1/\(tool).1"
+            let check = try await run("/usr/bin/groff", ["-man", "-Tutf8", "-ww", "-z", page])
+            #expect(check.status == 0 && check.stderr.isEmpty, "\(tool).1: \(check.stderr)")
+        }
+        let rendered = try await run("/usr/bin/groff", ["-man", "-Tascii", "-P-bcou", prefix + "/share/man/man1/ubiq.1"])
+        #expect(rendered.stdout.contains("ubiq mount") && rendered.stdout.contains("--allow-other") && rendered.stdout.contains("ubiq kv set"), "\(rendered.stdout.prefix(400))")
         let helper = try String(contentsOfFile: prefix + "/sbin/mount.fuse.ubiq", encoding: .utf8)
         #expect(helper.contains("\(prefix)/bin/ubiq"), "the helper runs the installed command")
         #expect(try await run(prefix + "/bin/ubiq", ["--help"]).status == 0)
