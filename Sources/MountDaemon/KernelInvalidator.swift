@@ -34,7 +34,7 @@ final class KernelInvalidator: MountObserver, Service {
     }
 
     func event(_ event: MountEvent, keep: Bool) {
-        metrics.event(event.kind)
+        metrics.event(event)
         // Checked first: the metadata is not built for a line the level leaves out.
         if let level = Self.logLevel(of: event.kind), logger.logLevel <= level {
             var metadata: Logger.Metadata = ["event": "\(event.kind.rawValue)"]

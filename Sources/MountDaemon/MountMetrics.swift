@@ -7,7 +7,7 @@ import SyncEngine
 /// The mount's metrics, as Prometheus text through the control socket (`ubiq status
 /// --metrics`): each kernel request by kind with its duration (a histogram, in seconds) and
 /// its failures by errno; each notable event by kind (transfers, their failures, conflicts,
-/// errors, changes of connection); and, read at each scrape, the queue, the transfers running,
+/// errors, changes of connection) and the bytes of the transfers that ended; and, read at each scrape, the queue, the transfers running,
 /// the cache and the index. swift-metrics is bootstrapped with this registry once per daemon.
 final class MountMetrics: RequestObserver, Sendable {
     let registry: PrometheusCollectorRegistry
@@ -15,6 +15,7 @@ final class MountMetrics: RequestObserver, Sendable {
     let durations: [RequestKind: Metrics.Timer]
     /// One per event kind, made once: an event is then a lookup and an increment.
     let events: [MountEventKind: Metrics.Counter]
+    let uploadedBytes, downloadedBytes: Metrics.Counter
     let pendingUploads, activeDownloads, cachedBytes, items, connected: Metrics.Gauge
 
     init(registry: PrometheusCollectorRegistry) {
@@ -25,6 +26,8 @@ final class MountMetrics: RequestObserver, Sendable {
         events = Dictionary(uniqueKeysWithValues: MountEventKind.allCases.map {
             ($0, Metrics.Counter(label: "ubiq_mount_events_total", dimensions: [("event", $0.rawValue)]))
         })
+        uploadedBytes = Metrics.Counter(label: "ubiq_mount_uploaded_bytes_total")
+        downloadedBytes = Metrics.Counter(label: "ubiq_mount_downloaded_bytes_total")
         pendingUploads = Metrics.Gauge(label: "ubiq_mount_pending_uploads")
         activeDownloads = Metrics.Gauge(label: "ubiq_mount_active_downloads")
         cachedBytes = Metrics.Gauge(label: "ubiq_mount_cached_bytes")
@@ -39,9 +42,14 @@ final class MountMetrics: RequestObserver, Sendable {
         }
     }
 
-    func event(_ kind: MountEventKind) {
-        guard kind != .uploadProgress && kind != .downloadProgress else { return }
-        events[kind]?.increment()
+    func event(_ event: MountEvent) {
+        switch event.kind {
+        case .uploadProgress, .downloadProgress: return
+        case .uploaded: uploadedBytes.increment(by: event.bytes ?? 0)
+        case .downloaded: downloadedBytes.increment(by: event.bytes ?? 0)
+        default: break
+        }
+        events[event.kind]?.increment()
     }
 
     /// The text, with the state read now.

@@ -717,6 +717,16 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         }
     }
 
+    public func entryCount() async throws -> Int {
+        try readNow { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM changes") ?? 0 }
+    }
+
+    public func grantedContentBytes() async throws -> Int64 {
+        try readNow { db in
+            try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM (SELECT MAX(size) AS size FROM account_blobs GROUP BY digest)") ?? 0
+        }
+    }
+
     public func latestCursor(in container: ContainerRef) async throws -> ChangeCursor {
         try readNow { db in
             let seq = try Int64.fetchOne(try db.cachedStatement(sql: "SELECT MAX(seq) FROM changes WHERE container_key = ?"), arguments: [container.key])

@@ -135,6 +135,9 @@ public struct ItemUpdate: Sendable {
 /// Containers and items. Every mutation checks its base revision, commits the item's new state
 /// and its change-log entry in one transaction, and is durable when it returns.
 public protocol MetadataStore: Sendable {
+    /// The bytes of every content some account may use, each digest once: what the blob store
+    /// keeps for the accounts, for metrics.
+    func grantedContentBytes() async throws -> Int64
     func containers(of account: AccountRef) async throws -> [ContainerRef]
     /// Looks a container up; with `create`, makes it (and its root folder) when missing.
     func container(_ id: ContainerID, of account: AccountRef, create: Bool) async throws -> ContainerRef?
@@ -211,6 +214,9 @@ public protocol ChangeLog: Sendable {
     /// of its time in a large container's first sync.
     func encodedChanges(in container: ContainerRef, since: ChangeCursor, limit: Int) async throws -> EncodedChangePage
     func latestCursor(in container: ContainerRef) async throws -> ChangeCursor
+    /// The entries of every container's log together (one per item, its latest change): the
+    /// log's length, for metrics.
+    func entryCount() async throws -> Int
 }
 
 /// A page of the change log as stored: items still in their JSON.

@@ -132,7 +132,7 @@ extension Downloads {
             return e
         }
         end(ino, generation: generation, telling: failure)
-        observer.event(MountEvent(message == nil ? .downloaded : .downloadFailed, path: ended.path, detail: message))
+        observer.event(MountEvent(message == nil ? .downloaded : .downloadFailed, path: ended.path, detail: message, bytes: message == nil ? size : nil))
         onFinished(ino)
     }
 }

@@ -48,8 +48,11 @@ public struct MountEvent: Sendable, Codable, Hashable {
     /// For `renamed`: the path it had before.
     public var from: String?
     public var detail: String?
+    /// For `uploaded` and `downloaded`: the size of the content that went up or came down.
+    public var bytes: Int64?
 
-    public init(_ kind: MountEventKind, path: String? = nil, from: String? = nil, detail: String? = nil, at time: Date = Date()) {
+    public init(_ kind: MountEventKind, path: String? = nil, from: String? = nil, detail: String? = nil, bytes: Int64? = nil, at time: Date = Date()) {
+        self.bytes = bytes
         self.time = Self.timeFormat.format(time)
         self.kind = kind
         self.path = path

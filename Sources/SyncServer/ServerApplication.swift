@@ -39,13 +39,30 @@ extension SyncServer {
     public func makeApplication(
         address: ListenAddress, logger: Logger, onListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
+        Self.application(router: makeRouter(), address: address, logger: logger, onListening: onListening)
+    }
+
+    /// `/metrics` alone, on an address of its own (`ubiq-server --metrics-listen`): the API may
+    /// face the world while its metrics stay on a private network. The main router then has
+    /// no such route.
+    public func makeMetricsApplication(
+        address: ListenAddress, logger: Logger, onListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
+        let router = Router(context: ServerContext.self)
+        addMetricsRoute(to: router)
+        return Self.application(router: router, address: address, logger: logger, onListening: onListening)
+    }
+
+    static func application(
+        router: Router<ServerContext>, address: ListenAddress, logger: Logger, onListening: @escaping @Sendable (ListenAddress) async -> Void
+    ) -> some ApplicationProtocol {
         let bind: BindAddress
         switch address {
         case .tcp(let host, let port): bind = .hostname(host, port: port)
         case .unixSocket(let path): bind = .unixDomainSocket(path: path)
         }
         return Application(
-            router: makeRouter(),
+            router: router,
             configuration: .init(address: bind, serverName: "ubiq-server"),
             onServerRunning: { channel in
                 if case .tcp(let host, let port) = address {

@@ -21,9 +21,13 @@ public struct SyncServerConfiguration: Sendable {
     /// it costs no database read; also how long a removed account's tokens may still work.
     public var recentAnswers: Duration
 
+    /// `/metrics` is served by `makeMetricsApplication` on an address of its own, not here.
+    public var metricsOnOwnAddress: Bool
+
     public init(maxUploadBytes: Int64 = 64 << 30, maxJSONBytes: Int = 1 << 20, maxBatchBytes: Int = 4 << 20, keepAliveInterval: Duration = .seconds(15),
-                recentAnswers: Duration = .seconds(10)) {
+                recentAnswers: Duration = .seconds(10), metricsOnOwnAddress: Bool = false) {
         self.recentAnswers = recentAnswers
+        self.metricsOnOwnAddress = metricsOnOwnAddress
         self.maxBatchBytes = maxBatchBytes
         self.maxUploadBytes = maxUploadBytes
         self.maxJSONBytes = maxJSONBytes
@@ -75,7 +79,7 @@ public struct SyncServer: Sendable {
         addChangeRoutes(to: router)
         addKeyValueRoutes(to: router)
         addBlobRoutes(to: router)
-        addMetricsRoute(to: router)
+        if !configuration.metricsOnOwnAddress { addMetricsRoute(to: router) }
         return router
     }
 }

@@ -66,6 +66,12 @@ public final class ServerProcess: @unchecked Sendable {
         return (process, port!, lifeline.fileHandleForWriting)
     }
 
+    /// What the server printed on standard output, every run of it in this folder.
+    public func printed() -> String {
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: workDirectory.path)) ?? []
+        return files.filter { $0.hasPrefix("stdout-") }.compactMap { try? String(contentsOfFile: workDirectory.path + "/" + $0, encoding: .utf8) }.joined()
+    }
+
     /// Creates an account through the real CLI (`ubiq-server account add --password-stdin`).
     public func addAccount(_ name: String, password: String) async throws {
         try await account(["add", name, "--password-stdin"], stdin: password + "\n")

@@ -127,12 +127,18 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .long, help: "How long earlier contents of files are kept, for `ubiq versions --all` and `ubiq restore`: a number and s, m, h or d (30d, 12h).")
     var keepVersions: String = "30d"
 
+    @Option(name: .long, help: "Serve /metrics on this address (HOST:PORT or unix:PATH) instead of --listen's: the API may face the world while its metrics stay private.")
+    var metricsListen: String?
+
     @Flag(name: .long, help: "Stop, as on SIGTERM, when standard input reaches its end: a parent that holds the other end of a pipe takes the server with it however it exits.")
     var exitWithStdin = false
 
     func validate() throws {
         guard ListenAddress(listen) != nil else {
             throw ValidationError("--listen takes HOST:PORT (for example 127.0.0.1:8420) or unix:PATH (an absolute path of at most \(UnixSocketAddress.longestPath) bytes)")
+        }
+        if let metricsListen, ListenAddress(metricsListen) == nil {
+            throw ValidationError("--metrics-listen takes HOST:PORT or unix:PATH, as --listen does")
         }
         guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
@@ -170,8 +176,11 @@ struct Serve: AsyncParsableCommand {
         // The process's metrics, served at /metrics.
         let metrics = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: metrics))
+        let metricsAddress = metricsListen.flatMap(ListenAddress.init)
         let server = SyncServer(
-            storage: storage, configuration: .init(maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds)), metrics: metrics)
+            storage: storage,
+            configuration: .init(maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds), metricsOnOwnAddress: metricsAddress != nil),
+            metrics: metrics)
         let watchStdin = exitWithStdin
         let app = server.makeApplication(address: address, logger: logger) { bound in
             // Tests and scripts wait for this line (and read the port from it when listening on 0).
@@ -182,7 +191,14 @@ struct Serve: AsyncParsableCommand {
             if watchStdin { StandardInputWatch.start() }
         }
         let retention = VersionRetention(service: server.service, keep: Self.duration(keepVersions) ?? .seconds(30 * 86400), logger: logger)
-        var configuration = ServiceGroupConfiguration(services: [app, retention], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        var services: [any Service] = [app, retention]
+        if let metricsAddress {
+            services.append(server.makeMetricsApplication(address: metricsAddress, logger: logger) { bound in
+                print("ubiq-server metrics on \(bound)")
+                fflush(nil)
+            })
+        }
+        var configuration = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         // A graceful shutdown waits for the requests in flight, but not for a client that
         // stopped reading a download or sending an upload: it would hold the process (and
         // whatever waits for it to exit) for as long as that client likes. Acknowledged

@@ -46,7 +46,7 @@ extension OrdinaryUserTests {
         }
     }
 
-    @Test("ubiq status --metrics is Prometheus text whose request, failure and event counters move with the mount's work")
+    @Test("ubiq status --metrics is Prometheus text whose request, failure, event and byte counters move with the mount's work")
     func mountMetrics() async throws {
         try await withDevices(["A"]) { _, devices in
             let a = devices[0]
@@ -68,6 +68,13 @@ extension OrdinaryUserTests {
             #expect(after.value("ubiq_mount_events_total", ["event": "uploaded"]) > before.value("ubiq_mount_events_total", ["event": "uploaded"]))
             #expect(after.value("ubiq_mount_items") >= 3 && after.value("ubiq_mount_connected") == 1 && after.value("ubiq_mount_pending_uploads") == 0)
             #expect(after.types["ubiq_mount_request_duration_seconds"] == "histogram")
+            #expect(after.value("ubiq_mount_uploaded_bytes_total") - before.value("ubiq_mount_uploaded_bytes_total") == 6, "hello and its newline went up")
+            // Evicted and read again: the same six bytes come down.
+            let evicted = try await a.ubiq(["evict", a.mountpoint + "/d/f"])
+            try #require(evicted.status == 0, "\(evicted.stderr)")
+            #expect(try await a.must(#"cat "$M/d/f""#) == "hello\n")
+            let downloaded = try await scrape()
+            #expect(downloaded.value("ubiq_mount_downloaded_bytes_total") - after.value("ubiq_mount_downloaded_bytes_total") == 6)
         }
     }
 }

@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 @Suite struct MetricsTests {
-    @Test("GET /metrics is Prometheus text, without a token, and its counters move with requests and content")
+    @Test("GET /metrics is Prometheus text, without a token; its counters move with requests and content, its gauges with the log and the content kept")
     func metricsMove() async throws {
         try await withLive { live in
             let before = try await Self.scrape(live.anonymous)
@@ -23,6 +23,29 @@ import TestSupport
             #expect(after.value("http_server_request_duration_count", put) >= 1)
             #expect(after.value("hb_requests", ["http_response_status_code": "401"]) >= 1, "refusals are counted with their status")
             #expect(after.types["ubiq_server_push_streams"] == "gauge")
+            let stored = "ubiq_server_content_stored_bytes", entries = "ubiq_server_change_log_entries"
+            #expect(after.value(stored) - before.value(stored) == Double(content.count), "new content is kept once")
+
+            _ = try await live.alice.createFile(.default, name: "a", content: content)
+            let oneFile = try await Self.scrape(live.anonymous)
+            _ = try await live.alice.createFile(.default, name: "b", content: content)
+            let twoFiles = try await Self.scrape(live.anonymous)
+            #expect(twoFiles.value(entries) - oneFile.value(entries) == 1, "one item, one entry")
+            #expect(twoFiles.value(stored) == oneFile.value(stored), "the same content is not counted twice")
+        }
+    }
+
+    @Test("--metrics-listen serves /metrics on an address of its own, and the API's address then has no such route")
+    func metricsOnTheirOwnAddress() async throws {
+        try await withServer(extraArguments: ["--metrics-listen", "127.0.0.1:0"]) { server in
+            var address = ""
+            try await eventually("the server to say where its metrics are") {
+                address = server.printed().split(separator: "\n").first { $0.hasPrefix("ubiq-server metrics on ") }.map { String($0.dropFirst(23)) } ?? ""
+                return !address.isEmpty
+            }
+            let metrics = try await Self.scrape(TestHTTP(baseURL: "http://" + address))
+            #expect(metrics.types["ubiq_server_change_log_entries"] == "gauge")
+            #expect(try await TestHTTP(baseURL: server.baseURL).send(.GET, "/metrics").status == 404)
         }
     }
 

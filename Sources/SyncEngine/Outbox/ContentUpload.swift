@@ -157,7 +157,7 @@ extension SyncEngine {
         }
         if followUps { outboxSignal.yield() }
         setConnected(true, error: nil)
-        observer.event(MountEvent(.uploaded, path: try store.read { try $0.path(of: item.ino) }))
+        observer.event(MountEvent(.uploaded, path: try store.read { try $0.path(of: item.ino) }, bytes: size))
         return .done
     }
 

@@ -179,7 +179,7 @@ extension SyncEngine {
             setConnected(true, error: nil)
             for ((p, _), path) in zip(created, paths) {
                 results.append((p.entry.seq, p.entry.ino, .done))
-                observer.event(MountEvent(.uploaded, path: path))
+                observer.event(MountEvent(.uploaded, path: path, bytes: p.request.size ?? 0))
             }
         } catch {
             // Not recorded: they stay queued and go again (the server answers a retried create
