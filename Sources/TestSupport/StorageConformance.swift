@@ -88,9 +88,11 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             try await m.createItem(newItem(name, parent: parent, kind: .folder), in: container)
         }
 
-        func newItem(_ name: String, parent: ItemID = .root, kind: ItemKind, digest: ContentDigest? = nil, id: ItemID = .random(), size: Int64? = nil) throws -> NewItem {
+        func newItem(
+            _ name: String, parent: ItemID = .root, kind: ItemKind, digest: ContentDigest? = nil, id: ItemID = .random(), size: Int64? = nil, target: String? = nil
+        ) throws -> NewItem {
             NewItem(id: id, parentID: parent, name: try ItemName(name), kind: kind, digest: digest, declaredSize: size,
-                    mode: ItemMetadata.defaultMode(for: kind), created: 1, modified: 2, xattrs: [:])
+                    mode: ItemMetadata.defaultMode(for: kind), created: 1, modified: 2, xattrs: [:], target: target)
         }
 
         func allChanges(since: ChangeCursor = .start) async throws -> [ItemChange] {
@@ -197,6 +199,27 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
                 return try await f.m.createItem(n, in: f.container)
             }
         },
+        StorageConformance("links: kept with their target, which a retried create must repeat; FIFOs, sockets and links without a target refused") { f in
+            let id = ItemID.random()
+            let link = try await f.m.createItem(try f.newItem("latest", kind: .symlink, id: id, target: "reports/11.pdf"), in: f.container)
+            try expect(link.kind == .symlink && link.target == "reports/11.pdf" && link.size == 14 && link.digest == nil, "a link as made: \(link)")
+            try expect(try await f.m.item(id, in: f.container) == link, "read back")
+            try expect(try await f.allChanges().last?.item == link, "the change log carries the target")
+            try expect(try await f.m.createItem(try f.newItem("latest", kind: .symlink, id: id, target: "reports/11.pdf"), in: f.container) == link, "a retried create")
+            try await expectStorageError("another target under the same id", { if case .itemIDTaken = $0 { true } else { false } }) {
+                try await f.m.createItem(try f.newItem("latest", kind: .symlink, id: id, target: "reports/12.pdf"), in: f.container)
+            }
+            try await expectStorageError("no target", { if case .invalidTarget(.empty) = $0 { true } else { false } }) {
+                try await f.m.createItem(try f.newItem("bare", kind: .symlink), in: f.container)
+            }
+            for kind in [ItemKind.fifo, .socket] {
+                try await expectStorageError("a \(kind)", { if case .unsyncedKind(kind) = $0 { true } else { false } }) {
+                    try await f.m.createItem(try f.newItem("special", kind: kind), in: f.container)
+                }
+            }
+            let moved = try await f.m.updateItem(id, base: link.revision, update: ItemUpdate(name: try ItemName("newest")), in: f.container)
+            try expect(moved.target == "reports/11.pdf" && moved.name == "newest", "a rename keeps the target")
+        },
         StorageConformance("content updates check the base revision") { f in
             let a = try await f.file("a.txt", "v1")
             let v2 = try await f.blob("version 2")
@@ -298,6 +321,7 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
         },
         StorageConformance("change log: ordered, compacted, paged") { f in
             let start = try await f.storage.changes.latestCursor(in: f.container)
+            let entriesBefore = try await f.storage.changes.entryCount()
             let a = try await f.file("a", "1")
             let b = try await f.folder("b")
             let a2 = try await f.m.updateItem(a.id, base: a.revision, update: ItemUpdate(name: try ItemName("a2")), in: f.container)
@@ -305,6 +329,7 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             let changes = try await f.allChanges(since: start)
             try expect(changes.map(\.item.id) == [b.id, a.id, c.id], "latest change per item, in commit order: \(changes.map(\.item.name))")
             try expect(changes[1].item == a2, "an item's entry is its latest state")
+            try expect(try await f.storage.changes.entryCount() - entriesBefore == 3, "the log's length: one entry per item")
             try expect(zip(changes, changes.dropFirst()).allSatisfy { Int($0.cursor.rawValue)! < Int($1.cursor.rawValue)! }, "cursors increase")
             try expect(changes.allSatisfy { $0.item.revision.rawValue == $0.cursor.rawValue }, "revision is the change's position")
             let latest = try await f.storage.changes.latestCursor(in: f.container)
@@ -344,11 +369,15 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             try expect(try f.storage.blobs.size(of: sha256(Data("not what was declared".utf8))) == nil, "a refused blob is not stored")
 
             try expect(try await f.m.blobSize(digest, for: f.alice) == nil, "not usable before it is recorded")
+            let keptBefore = try await f.m.grantedContentBytes()
             try await f.m.recordBlob(digest, size: size, for: f.alice)
             try expect(try await f.m.blobSize(digest, for: f.alice) == 100_000, "usable by the uploader")
             let bob = try await f.storage.accounts.addAccount(name: "bob", passwordHash: "h")
-            try expect(try await f.m.blobSize(digest, for: bob) == nil, "another account cannot probe it")
-            try expect(try await f.m.blobSize(.empty, for: bob) == 0, "everyone has the empty blob")
+            try await f.m.recordBlob(digest, size: size, for: bob)
+            try expect(try await f.m.grantedContentBytes() - keptBefore == 100_000, "content kept is counted once, however many accounts use it")
+            let carol = try await f.storage.accounts.addAccount(name: "carol", passwordHash: "h")
+            try expect(try await f.m.blobSize(digest, for: carol) == nil, "another account cannot probe it")
+            try expect(try await f.m.blobSize(.empty, for: carol) == 0, "everyone has the empty blob")
             try expect(try f.storage.blobs.openReader(.empty).size == 0, "the empty blob reads")
         },
         StorageConformance("conflict versions: kept with a new revision, resolved by choice") { f in
