@@ -165,6 +165,28 @@ struct RecoveryTests {
         }
     }
 
+    /// Seed 20261193: the file took the other device's content, and with it a revision, so its
+    /// create counted as settled: the rename made here meanwhile never went up, and the two
+    /// devices showed the file in different folders for good.
+    @Test("a file whose lost create another device then edited, and which was renamed and given an attribute here: the edit stands, the rename and the attribute go up",
+          arguments: [5_000, 300_000])  // in a batch, and alone
+    func lostCreateAnswerThenEditedElsewhereAndRenamedHere(size: Int) async throws {
+        let theirs = pattern(size + 7, seed: 3)
+        try await Self.afterALostCreate(size: size) { h, ino, id async throws in
+            _ = try await h.remote.otherDevice.updateContent(id, to: theirs)
+            let folder = try h.mkdir("moved")
+            try h.fs.rename(parent: rootIno, name: n("mine.bin"), newParent: folder, newName: n("renamed.bin"), noReplace: false, exchange: false)
+            try h.fs.setXattr(ino, name: "user.t.k1", value: Array("v1".utf8), create: false, replace: false)
+        } check: { h, ino, id async throws in
+            #expect(try await h.remote.item(atPath: "/moved/renamed.bin")?.id == id, "the rename made here went up")
+            #expect(try await h.remote.item(atPath: "/mine.bin") == nil)
+            #expect(try await h.remote.content(of: id) == theirs, "the other device's edit stands")
+            #expect(try await h.remote.liveItem(id)?.xattrs["user.t.k1"] == Data("v1".utf8))
+            #expect(try h.local(ino)?.itemID == id)
+            #expect(try await h.read(ino) == theirs)
+        }
+    }
+
     @Test("a folder whose lost create another device then renamed keeps that name, and a rename here after the create still goes up")
     func lostFolderCreateAnswerThenRenamedElsewhere() async throws {
         let h = try await Harness()

@@ -39,34 +39,42 @@ extension SyncEngine {
             row.takeRevision(of: current)
             row.revision = base.revision
             row.serverDigest = base.digest
-            // The create is on the server: the error its lost answers left is no longer true.
-            row.uploadError = nil
-            var localParentID = try row.parent.flatMap { try w.reader.item($0)?.itemID }
-            var invalidations: [KernelInvalidation] = []
-            if let oldParent = row.parent, let oldParentID = localParentID,
-               let place = try serverPlaceToTake(row, parentID: oldParentID, current, w) {
-                // Moved by another device after the create landed, and not here since: its
-                // place stands (sending this device's back would undo that move).
-                invalidations = [.entry(parent: oldParent, name: row.name), .inode(oldParent), .inode(place.parent),
-                                 .entry(parent: place.parent, name: place.name), .inode(row.ino)]
-                row.parent = place.parent
-                row.name = place.name
-                localParentID = current.parentID
-            }
-            try w.update(row)
-            try w.forgetSentContents(of: row.ino)
-            if row.name != current.name || localParentID != current.parentID { try w.enqueue(.move, ino: row.ino) }
-            // The modification time is the content's: one that lost to another device's stays with
-            // its conflict version.
-            if row.mode != current.mode || (base.revision == current.revision && row.modified != current.modified) {
-                try w.enqueue(.attributes, ino: row.ino)
-            }
-            if row.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: row.ino) }
-            return invalidations
+            return try settleAdoptedCreate(&row, current, contentIsCurrent: base.revision == current.revision, w)
         }
         if !moved.isEmpty { observer.invalidate(moved) }
         outboxSignal.yield()
         return .again
+    }
+
+    /// The rest of a lost create, once the row has taken a revision of the server's item:
+    /// the server's place when another device moved the item since (`serverPlaceToTake`),
+    /// else this device's place goes up; this device's mode, and its modification time when
+    /// its content is the server's (`contentIsCurrent`: one that lost to another device's stays
+    /// with its conflict version), and its attributes, where they differ. Writes the row;
+    /// returns what the kernel must forget of a move here.
+    func settleAdoptedCreate(_ row: inout LocalItem, _ current: ItemMetadata, contentIsCurrent: Bool, _ w: LocalWriter) throws -> [KernelInvalidation] {
+        // The create is on the server: the error its lost answers left is no longer true.
+        row.uploadError = nil
+        var localParentID = try row.parent.flatMap { try w.reader.item($0)?.itemID }
+        var invalidations: [KernelInvalidation] = []
+        if let oldParent = row.parent, let oldParentID = localParentID,
+           let place = try serverPlaceToTake(row, parentID: oldParentID, current, w) {
+            // Moved by another device after the create landed, and not here since: its
+            // place stands (sending this device's back would undo that move).
+            invalidations = [.entry(parent: oldParent, name: row.name), .inode(oldParent), .inode(place.parent),
+                             .entry(parent: place.parent, name: place.name), .inode(row.ino)]
+            row.parent = place.parent
+            row.name = place.name
+            localParentID = current.parentID
+        }
+        try w.update(row)
+        try w.forgetSentContents(of: row.ino)
+        if row.name != current.name || localParentID != current.parentID { try w.enqueue(.move, ino: row.ino) }
+        if row.mode != current.mode || (contentIsCurrent && row.modified != current.modified) {
+            try w.enqueue(.attributes, ino: row.ino)
+        }
+        if row.xattrs != current.xattrs { try w.enqueue(.xattrs, ino: row.ino) }
+        return invalidations
     }
 
     /// The server's place (local folder, name) for an item whose lost create is being adopted,
@@ -116,9 +124,9 @@ extension SyncEngine {
             row.size = current.size
             row.modified = current.modified
             row.content = .stale
-            row.uploadError = nil
-            try w.update(row)
-            try w.forgetSentContents(of: row.ino)
+            // With the revision taken the create counts as answered: the rest of it (its place,
+            // mode, attributes) is settled now, as for any lost create, or never.
+            effects.invalidations += try settleAdoptedCreate(&row, current, contentIsCurrent: true, w)
             _ = openFiles.uploaded(item.ino, generation: generation, stillDirty: true)
             effects.invalidations.append(.inode(row.ino))
             effects.events.append(MountEvent(.changed, path: try w.reader.path(of: row.ino)))
@@ -127,7 +135,7 @@ extension SyncEngine {
         guard taken else { return .again }
         runAfterCommit(effects)
         observer.invalidate(effects.invalidations)
-        // The rest of the create (its place, mode, attributes) is settled as for any lost create.
+        outboxSignal.yield()
         return .again
     }
 
