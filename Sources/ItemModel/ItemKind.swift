@@ -21,7 +21,7 @@ public enum ItemKind: String, Sendable, Codable, Hashable, CaseIterable {
 /// The text of a symbolic link, as `readlink` gives it: kept as it is, never resolved.
 public enum SymlinkTarget {
     /// PATH_MAX less the NUL: what `symlink(2)` itself accepts.
-    public static let maxBytes = 4095
+    public static let maxByteCount = 4095
 
     public enum Invalid: Error, Equatable, Sendable, CustomStringConvertible {
         case empty
@@ -33,7 +33,7 @@ public enum SymlinkTarget {
         public var description: String {
             switch self {
             case .empty: "a link's target is empty"
-            case .tooLong: "a link's target is longer than \(SymlinkTarget.maxBytes) bytes"
+            case .tooLong: "a link's target is longer than \(SymlinkTarget.maxByteCount) bytes"
             case .nul: "a link's target holds a NUL byte"
             case .notUTF8: "a link's target is not UTF-8"
             }
@@ -42,7 +42,7 @@ public enum SymlinkTarget {
 
     public static func validate(_ target: String) throws(Invalid) {
         if target.isEmpty { throw .empty }
-        if target.utf8.count > maxBytes { throw .tooLong }
+        if target.utf8.count > maxByteCount { throw .tooLong }
         if target.utf8.contains(0) { throw .nul }
     }
 
