@@ -11,7 +11,7 @@ import SchemaEdit
 ///
 /// Concurrency: GRDB serializes writes; every mutation reads its base revision and writes the
 /// new state inside one write transaction, so of two concurrent uploads exactly one wins.
-public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, KeyValueStore, Sendable {
+public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, KeyValueStore, ShareStore, Sendable {
     let writer: any DatabaseWriter
     let now: @Sendable () -> Timestamp
 
@@ -221,6 +221,33 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
             try db.execute(sql: "ALTER TABLE items ADD COLUMN target TEXT")
             try SchemaEdit.widenCheck(
                 of: "items", from: "CHECK (kind IN ('file', 'folder'))", to: "CHECK (kind IN ('file', 'folder', 'symlink'))", db)
+        }
+        m.registerMigration("v10: shares") { db in
+            // Read-only snapshots published under a token (`SQLiteMetadataStore+Shares`): each
+            // share's files with their contents as they were when shared. The contents they
+            // name are kept (`forgetUnreferencedBlobs`) until the share goes.
+            try db.execute(sql: """
+                CREATE TABLE shares (
+                    token TEXT PRIMARY KEY NOT NULL,
+                    container_key INTEGER NOT NULL REFERENCES containers(key) ON DELETE CASCADE,
+                    item_id TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    kind TEXT NOT NULL CHECK (kind IN ('file', 'folder')),
+                    created INTEGER NOT NULL,
+                    expires INTEGER,
+                    downloads INTEGER NOT NULL DEFAULT 0
+                ) WITHOUT ROWID;
+                CREATE INDEX shares_by_container ON shares(container_key, created);
+                CREATE TABLE share_entries (
+                    token TEXT NOT NULL REFERENCES shares(token) ON DELETE CASCADE,
+                    path TEXT NOT NULL,
+                    digest TEXT NOT NULL,
+                    size INTEGER NOT NULL CHECK (size >= 0),
+                    modified INTEGER NOT NULL,
+                    PRIMARY KEY (token, path)
+                ) WITHOUT ROWID;
+                CREATE INDEX share_entries_by_digest ON share_entries(digest);
+                """)
         }
         return m
     }
@@ -647,7 +674,7 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
 
     public func forgetUnreferencedBlobs(grantedBefore cutoff: Timestamp) async throws -> Int {
         try await write { db in
-            // What names a blob: live items, their conflict versions, and earlier versions.
+            // What names a blob: live items, their conflict versions, earlier versions, shares.
             try db.execute(sql: """
                 CREATE TEMP TABLE IF NOT EXISTS forgotten_blobs (digest TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;
                 DELETE FROM forgotten_blobs;
@@ -656,7 +683,8 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                     EXCEPT SELECT digest FROM items WHERE deleted = 0 AND digest IS NOT NULL
                     EXCEPT SELECT json_extract(v.value, '$.digest') FROM items, json_each(items.conflicts) AS v
                         WHERE items.deleted = 0 AND items.conflicts IS NOT NULL
-                    EXCEPT SELECT digest FROM earlier_versions;
+                    EXCEPT SELECT digest FROM earlier_versions
+                    EXCEPT SELECT digest FROM share_entries;
                 DELETE FROM account_blobs WHERE digest IN (SELECT digest FROM forgotten_blobs);
                 DELETE FROM inline_contents WHERE digest IN (SELECT digest FROM forgotten_blobs);
                 """, arguments: [cutoff])

@@ -315,8 +315,13 @@ public struct ServerStorage: Sendable {
     public var changes: any ChangeLog
     public var keyValues: any KeyValueStore
     public var blobs: any BlobStore
+    public var shares: any ShareStore
 
-    public init(accounts: any AccountStore, metadata: any MetadataStore, changes: any ChangeLog, keyValues: any KeyValueStore, blobs: any BlobStore) {
+    public init(
+        accounts: any AccountStore, metadata: any MetadataStore, changes: any ChangeLog, keyValues: any KeyValueStore, blobs: any BlobStore,
+        shares: any ShareStore
+    ) {
+        self.shares = shares
         self.accounts = accounts
         self.metadata = metadata
         self.changes = changes

@@ -22,6 +22,8 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
     case routeNotFound = "route_not_found"
     case containerNotFound = "container_not_found"
     case itemNotFound = "item_not_found"
+    case shareNotFound = "share_not_found"
+    case shareExpired = "share_expired"
     case versionNotFound = "version_not_found"
     case blobNotFound = "blob_not_found"
     case methodNotAllowed = "method_not_allowed"
@@ -48,7 +50,8 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
              .invalidCursor, .invalidXattr, .invalidDevice, .invalidTarget, .invalidMove, .notAFolder, .notAFile, .rootIsImmutable,
              .sizeMismatch, .kvKeyTooLong:
             400
-        case .routeNotFound, .containerNotFound, .itemNotFound, .versionNotFound, .blobNotFound: 404
+        case .routeNotFound, .containerNotFound, .itemNotFound, .versionNotFound, .blobNotFound, .shareNotFound: 404
+        case .shareExpired: 410
         case .methodNotAllowed: 405
         case .revisionConflict, .nameExists, .folderNotEmpty, .itemIDTaken: 409
         case .payloadTooLarge, .kvTooManyKeys, .kvValueTooLarge, .kvStoreTooLarge: 413

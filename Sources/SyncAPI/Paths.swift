@@ -21,4 +21,8 @@ public enum APIPath {
     public static func changes(_ c: ContainerID) -> String { container(c) + "/changes" }
     public static func changeStream(_ c: ContainerID) -> String { container(c) + "/changes/stream" }
     public static func blob(_ d: ContentDigest) -> String { "/v1/blobs/\(d.hex)" }
+    public static func shares(_ c: ContainerID) -> String { container(c) + "/shares" }
+    public static func share(_ c: ContainerID, token: String) -> String { shares(c) + "/\(token)" }
+    /// A share's public address: no token needed, nothing but the snapshot behind it.
+    public static func publicShare(_ token: String) -> String { "/s/\(token)" }
 }

@@ -330,3 +330,71 @@ public struct StreamReady: Codable, Sendable {
     public var cursor: ChangeCursor
     public init(cursor: ChangeCursor) { self.cursor = cursor }
 }
+
+/// `POST /v1/containers/{c}/shares`: publish a read-only snapshot of a file or a folder.
+public struct CreateShareRequest: Codable, Sendable {
+    public var itemID: ItemID
+    /// nil: until unshared. Must be in the future.
+    public var expires: Timestamp?
+    public init(itemID: ItemID, expires: Timestamp? = nil) {
+        self.itemID = itemID
+        self.expires = expires
+    }
+}
+
+/// A share as its owner sees it (`POST` and `GET /v1/containers/{c}/shares`).
+public struct ShareInfo: Codable, Sendable, Equatable {
+    public var token: String
+    /// Where anyone with the link fetches it, from the server's root: `/s/TOKEN`.
+    public var path: String
+    public var itemID: ItemID
+    /// The item's name when shared.
+    public var name: String
+    public var kind: ItemKind
+    public var created: Timestamp
+    public var expires: Timestamp?
+    public var downloads: Int64
+    /// The files of the snapshot, and their bytes in all.
+    public var files: Int
+    public var size: Int64
+
+    public init(token: String, path: String, itemID: ItemID, name: String, kind: ItemKind, created: Timestamp, expires: Timestamp?, downloads: Int64, files: Int, size: Int64) {
+        self.token = token
+        self.path = path
+        self.itemID = itemID
+        self.name = name
+        self.kind = kind
+        self.created = created
+        self.expires = expires
+        self.downloads = downloads
+        self.files = files
+        self.size = size
+    }
+}
+
+public struct ShareList: Codable, Sendable {
+    public var shares: [ShareInfo]
+    public init(shares: [ShareInfo]) { self.shares = shares }
+}
+
+/// `GET /s/{token}` of a folder, asked by a program: the snapshot's files.
+public struct ShareListing: Codable, Sendable, Equatable {
+    public struct File: Codable, Sendable, Equatable {
+        public var path: String
+        public var size: Int64
+        public var modified: Timestamp
+        public init(path: String, size: Int64, modified: Timestamp) {
+            self.path = path
+            self.size = size
+            self.modified = modified
+        }
+    }
+    public var name: String
+    public var expires: Timestamp?
+    public var files: [File]
+    public init(name: String, expires: Timestamp?, files: [File]) {
+        self.name = name
+        self.expires = expires
+        self.files = files
+    }
+}

@@ -79,6 +79,7 @@ public struct SyncServer: Sendable {
         addChangeRoutes(to: router)
         addKeyValueRoutes(to: router)
         addBlobRoutes(to: router)
+        addShareRoutes(to: router)
         if !configuration.metricsOnOwnAddress { addMetricsRoute(to: router) }
         return router
     }

@@ -20,7 +20,7 @@ public struct StorageBackend: Sendable, CustomStringConvertible {
         },
         StorageBackend("sqlite-memory+memory-blobs") {
             let metadata = try SQLiteMetadataStore.inMemory()
-            return (ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, keyValues: metadata, blobs: InMemoryBlobStore()), {})
+            return (ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, keyValues: metadata, blobs: InMemoryBlobStore(), shares: metadata), {})
         },
     ]
 }

@@ -1,0 +1,140 @@
+import Foundation
+import ItemModel
+import SyncAPI
+import Testing
+import TestSupport
+
+@Suite struct ShareTests {
+    static func share(_ http: TestHTTP, _ id: ItemID, expires: Timestamp? = nil) async throws -> ShareInfo {
+        let r = try await http.json(.POST, APIPath.shares(.default), CreateShareRequest(itemID: id, expires: expires))
+        try #require(r.status == 201, "\(r.status) \(r.text)")
+        return try r.decode()
+    }
+
+    @Test("a shared file serves its bytes as they were when shared, with its type, name, ETag and ranges, to anyone with the link; edits and deletes do not leak into it")
+    func sharedFile() async throws {
+        try await withLive { live in
+            let content = Data("first version of the report\n".utf8)
+            let file = try await live.alice.createFile(.default, name: "report.txt", content: content)
+            let info = try await Self.share(live.alice, file.id)
+            #expect(info.path == "/s/" + info.token && info.name == "report.txt" && info.files == 1 && info.size == Int64(content.count))
+            #expect(info.token.utf8.count >= 22, "at least 128 random bits")
+            #expect(!info.path.contains(file.id.rawValue) && !info.path.contains("alice"), "the link names no item and no account")
+
+            let r = try await live.anonymous.send(.GET, info.path)
+            #expect(r.status == 200 && r.body == content)
+            #expect(r.headers.first(name: "Content-Type") == "text/plain; charset=utf-8")
+            #expect(r.headers.first(name: "Content-Length") == String(content.count))
+            #expect(r.headers.first(name: "ETag") == "\"\(sha256(content).hex)\"")
+            #expect(r.headers.first(name: "Content-Disposition") == "attachment; filename=\"report.txt\"; filename*=UTF-8''report.txt")
+            #expect(r.headers.first(name: "X-Content-Type-Options") == "nosniff" && r.headers.first(name: "Referrer-Policy") == "no-referrer")
+            let part = try await live.anonymous.send(.GET, info.path, headers: [("Range", "bytes=6-12")])
+            #expect(part.status == 206 && part.body == content[6...12] && part.headers.first(name: "Content-Range") == "bytes 6-12/\(content.count)")
+            #expect(try await live.anonymous.send(.GET, info.path, headers: [("Range", "bytes=500-")]).status == 416)
+
+            // Edited, then deleted: the link still serves what was shared.
+            let digest = try await live.alice.uploadBlob(Data("second version".utf8))
+            let edited = try await live.alice.json(.PUT, APIPath.content(.default, file.id), UpdateContentRequest(baseRevision: file.revision, digest: digest))
+            try #require(edited.status == 200, "\(edited.text)")
+            #expect(try await live.anonymous.send(.GET, info.path).body == content)
+            let current: ItemMetadata = try edited.decode()
+            #expect(try await live.alice.send(.DELETE, APIPath.item(.default, file.id) + "?baseRevision=\(current.revision.rawValue)").status == 200)
+            #expect(try await live.anonymous.send(.GET, info.path).body == content)
+
+            let listed: ShareList = try await live.alice.send(.GET, APIPath.shares(.default)).decode()
+            #expect(listed.shares.map(\.token) == [info.token] && listed.shares[0].downloads == 5, "\(listed.shares)")
+        }
+    }
+
+    @Test("unshared, guessed and other accounts' tokens are 404 alike; an expired share is 410; an expiry in the past is refused")
+    func notFoundAndExpired() async throws {
+        try await withLive { live in
+            let file = try await live.alice.createFile(.default, name: "a.txt", content: Data("a".utf8))
+            let info = try await Self.share(live.alice, file.id)
+            #expect(try await live.bob.send(.DELETE, APIPath.share(.default, token: info.token)).status == 404, "bob cannot remove alice's share")
+            _ = try await live.bob.createFolder(.default, name: "bobs")
+            let bobs: ShareList = try await live.bob.send(.GET, APIPath.shares(.default)).decode()
+            #expect(bobs.shares.isEmpty)
+            #expect(try await live.anonymous.send(.GET, info.path).status == 200)
+            #expect(try await live.alice.send(.DELETE, APIPath.share(.default, token: info.token)).status == 204)
+            let gone = try await live.anonymous.send(.GET, info.path)
+            let guessed = try await live.anonymous.send(.GET, APIPath.publicShare(String(info.token.reversed())))
+            #expect(gone.status == 404 && guessed.status == 404 && gone.error == guessed.error, "nothing tells a removed token from one never made")
+
+            let soon = WallClock.now() + 1_500_000_000
+            let expiring = try await Self.share(live.alice, file.id, expires: soon)
+            #expect(try await live.anonymous.send(.GET, expiring.path).status == 200)
+            try await eventually(timeout: .seconds(10), "the share to expire") { try await live.anonymous.send(.GET, expiring.path).status == 410 }
+            let past = try await live.alice.json(.POST, APIPath.shares(.default), CreateShareRequest(itemID: file.id, expires: WallClock.now() - 1))
+            #expect(past.status == 400)
+        }
+    }
+
+    @Test("a name with spaces, quotes, markup and letters beyond ASCII downloads under its true name and shows escaped on the page")
+    func namesSurvive() async throws {
+        try await withLive { live in
+            let name = "Q3 \"final\" <img src=x onerror=alert(1)> Übersicht ☃.txt"
+            let file = try await live.alice.createFile(.default, name: name, content: Data("x".utf8))
+            let info = try await Self.share(live.alice, file.id)
+            let r = try await live.anonymous.send(.GET, info.path)
+            let disposition = try #require(r.headers.first(name: "Content-Disposition"))
+            let encoded = try #require(disposition.components(separatedBy: "filename*=UTF-8''").last)
+            #expect(encoded.removingPercentEncoding == name, "\(disposition)")
+            #expect(disposition.allSatisfy(\.isASCII) && disposition.hasPrefix("attachment; filename=\"Q3 _final_ <img src=x onerror=alert(1)> _bersicht _.txt\""), "\(disposition)")
+
+            let page = try await live.anonymous.send(.GET, info.path, headers: [("Accept", "text/html,application/xhtml+xml")])
+            #expect(page.status == 200 && page.headers.first(name: "Content-Type") == "text/html; charset=utf-8")
+            #expect(page.text.contains("&lt;img src=x onerror=alert(1)&gt;") && !page.text.contains("<img"), "\(page.text.prefix(600))")
+            #expect(page.text.contains("&quot;final&quot;") && page.text.contains("Übersicht ☃"))
+            #expect(page.text.contains("href=\"?download=1\""))
+            #expect(page.headers.first(name: "Content-Security-Policy")?.contains("default-src 'none'") == true)
+            let download = try await live.anonymous.send(.GET, info.path + "?download=1", headers: [("Accept", "text/html")])
+            #expect(download.body == Data("x".utf8), "the page's link downloads the bytes")
+        }
+    }
+
+    @Test("a shared folder lists the files below it, each downloads on its own, and its page lists them; links and other paths are not reachable")
+    func sharedFolder() async throws {
+        try await withLive { live in
+            let folder = try await live.alice.createFolder(.default, name: "Trip")
+            let day = try await live.alice.createFolder(.default, parent: folder.id, name: "day 1")
+            _ = try await live.alice.createFile(.default, parent: folder.id, name: "notes.md", content: Data("# notes".utf8))
+            _ = try await live.alice.createFile(.default, parent: day.id, name: "photo ü.jpg", content: Data(repeating: 9, count: 3000))
+            _ = try await live.alice.json(.POST, APIPath.items(.default), CreateItemRequest(parentID: folder.id, name: "link", kind: .symlink, target: "notes.md"))
+            let elsewhere = try await live.alice.createFile(.default, name: "private.txt", content: Data("secret".utf8))
+            let info = try await Self.share(live.alice, folder.id)
+            #expect(info.kind == .folder && info.files == 2 && info.size == 3007)
+
+            let listing: ShareListing = try await live.anonymous.send(.GET, info.path).decode()
+            #expect(listing.name == "Trip" && listing.files.map(\.path) == ["day 1/photo ü.jpg", "notes.md"])
+            let photo = try await live.anonymous.send(.GET, info.path + "/day%201/photo%20%C3%BC.jpg")
+            #expect(photo.status == 200 && photo.body == Data(repeating: 9, count: 3000) && photo.headers.first(name: "Content-Type") == "image/jpeg")
+            #expect(try await live.anonymous.send(.GET, info.path + "/notes.md").body == Data("# notes".utf8))
+            for path in ["/link", "/day%201", "/../private.txt", "/%2E%2E/private.txt", "/" + elsewhere.id.rawValue] {
+                #expect(try await live.anonymous.send(.GET, info.path + path).status == 404, "\(path)")
+            }
+            let page = try await live.anonymous.send(.GET, info.path, headers: [("Accept", "text/html")])
+            #expect(page.text.contains("day 1/photo ü.jpg") && page.text.contains("href=\"\(info.token)/day%201/photo%20%C3%BC.jpg?download=1\""), "\(page.text)")
+        }
+    }
+}
+
+@Suite struct ShareContentTests {
+    @Test("a share holds its contents: collecting what nothing names keeps them after the item and its versions are gone")
+    func sharesKeepTheirContents() async throws {
+        let server = try await InMemoryServer()
+        let remote = server.connect()
+        let other = ServerView(remote).otherDevice
+        let file = try await other.createFile("kept.bin", content: Array(repeating: 5, count: 400_000))
+        let container = try await server.service.container(.default, of: server.account)
+        let info = try await container.share(CreateShareRequest(itemID: file.id))
+        _ = try await other.updateContent(file.id, to: Array(repeating: 6, count: 400_000))
+        let current = try await container.item(file.id)
+        _ = try await container.deleteItem(file.id, base: current.revision, recursive: false)
+        try await server.collectEverythingUnnamed()
+        let share = try await server.service.publicShare(info.token)
+        let reader = try await server.service.openContent(share.entries[0].digest)
+        defer { reader.close() }
+        #expect(reader.size == 400_000)
+    }
+}
