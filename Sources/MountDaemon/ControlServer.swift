@@ -12,6 +12,7 @@ import VFS
 /// The control socket: `ubiq status`, `ubiq unmount` and `ubiq monitor` talk to the daemon here.
 struct ControlServer {
     let engine: SyncEngine
+    let shares: ShareControl
     /// Where queries learn of the transfers under way (`MountTransfers`).
     let fs: FileSystem
     let configuration: MountConfiguration
@@ -59,6 +60,15 @@ struct ControlServer {
             }
             return try json(report)
         }
+        router.post(RouterPath(ControlPath.share)) { request, _ in
+            let parameters = request.uri.queryParameters
+            let expires = parameters["expires"].flatMap { Int64(String($0)) }.map { Duration.seconds($0) }
+            return try json(await shares.share(path: String(parameters["path"] ?? ""), expires: expires))
+        }
+        router.post(RouterPath(ControlPath.unshare)) { request, _ in
+            try json(await shares.unshare(path: String(request.uri.queryParameters["path"] ?? "")))
+        }
+        router.get(RouterPath(ControlPath.shares)) { _, _ in try json(await shares.list()) }
         router.get(RouterPath(ControlPath.query)) { request, _ in
             try json(runQuery(QueryRequest(request.uri.queryParameters)))
         }

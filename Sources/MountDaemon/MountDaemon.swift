@@ -160,7 +160,8 @@ public enum MountDaemon {
 
         unlink(configuration.controlSocket)
         let watcher = MountWatcher(mount: mount, events: events, logger: logger)
-        let control = ControlServer(engine: engine, fs: fs, configuration: configuration, events: events, metrics: metrics) { watcher.requestUnmount() }
+        let shares = ShareControl(links: client, fs: fs, engine: engine, serverURL: configuration.serverURL)
+        let control = ControlServer(engine: engine, shares: shares, fs: fs, configuration: configuration, events: events, metrics: metrics) { watcher.requestUnmount() }
         let services: [any Service] = [
             watcher, engine.changeFeed, engine.outbox, engine.keyValueSender, engine.maintenance, invalidator, DaemonLog(path: configuration.logFile, limit: configuration.logSize),
             control.makeApplication(socketPath: configuration.controlSocket, logger: logger),

@@ -39,6 +39,13 @@ public enum ControlPath {
     /// of the item there, not of what a link points at (`ItemStatusReport`). For links, FIFOs
     /// and sockets, whose `user.*` attributes Linux does not let anyone read.
     public static let itemStatus = "/item-status"
+    /// `POST /share?path=P[&expires=SECONDS]`: shares the item at P (from the container's
+    /// root), whose content must be on the server (`ShareReport`).
+    public static let share = "/share"
+    /// `POST /unshare?path=P`: removes every share of the item at P (`ShareReport`, `removed`).
+    public static let unshare = "/unshare"
+    /// `GET /shares`: the container's shares (`ShareReport`, `shares`).
+    public static let shares = "/shares"
 
     /// A key as a query parameter's value: every byte but `A-Z a-z 0-9 - _ ~` percent-encoded.
     public static func keyParameter(_ key: String) -> String { "key=" + APIPath.percentEncoded(key) }
@@ -164,6 +171,32 @@ public struct EarlierVersionsReport: Codable, Sendable {
     }
 }
 
+/// A share as `ubiq share` shows it: where its link is, and where its item is now.
+public struct ShareLine: Codable, Sendable, Equatable {
+    /// The shared item's path in the mount now, from its top; absent when it is gone (the
+    /// share still serves its snapshot).
+    public var path: String?
+    public var url: String
+    public var share: ShareInfo
+    public init(path: String?, url: String, share: ShareInfo) {
+        self.path = path
+        self.url = url
+        self.share = share
+    }
+}
+
+/// The answer to `POST /share`, `POST /unshare` and `GET /shares`; `error` when refused.
+public struct ShareReport: Codable, Sendable {
+    public var shares: [ShareLine]
+    public var removed: Int?
+    public var error: String?
+    public init(shares: [ShareLine] = [], removed: Int? = nil, error: String? = nil) {
+        self.shares = shares
+        self.removed = removed
+        self.error = error
+    }
+}
+
 /// The answer to `GET /item-status`: the `user.ubiq.*` attributes by name, or why there are none.
 public struct ItemStatusReport: Codable, Sendable {
     public var attributes: [String: String]
@@ -229,5 +262,22 @@ public struct FlushReport: Codable, Sendable, Equatable {
     public init(pending: Int, paths: [String]) {
         self.pending = pending
         self.paths = paths
+    }
+}
+
+/// A duration as the command lines take it: `30d`, `12h`, `90m`, `45s`, a positive whole
+/// number and its unit.
+public enum DurationText {
+    public static let usage = "a number and s, m, h or d (for example 7d)"
+
+    public static func parse(_ text: String) -> Duration? {
+        guard let unit = text.last, let n = Int64(text.dropLast()), n > 0, n < Int64.max / 86400 else { return nil }
+        switch unit {
+        case "s": return .seconds(n)
+        case "m": return .seconds(n * 60)
+        case "h": return .seconds(n * 3600)
+        case "d": return .seconds(n * 86400)
+        default: return nil
+        }
     }
 }

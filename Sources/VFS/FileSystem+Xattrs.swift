@@ -26,12 +26,18 @@ extension FileSystem {
     /// The status attributes of the item at `path` (from the container's root), found as the
     /// kernel would look it up, without following a link at the end.
     public func statusAttributes(atPath path: String) throws(FSError) -> [String: String] {
+        Dictionary(status(of: try item(atPath: path)).attributes, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// The item at `path` (from the container's root), looked up name by name as the kernel
+    /// does, without following a link at the end.
+    public func item(atPath path: String) throws(FSError) -> LocalItem {
         var ino = LocalItem.rootIno
         for component in path.split(separator: "/") {
             guard let found = try lookup(parent: ino, name: Array(component.utf8)) else { throw .notFound }
             ino = found.ino
         }
-        return Dictionary(status(of: try item(ino)).attributes, uniquingKeysWith: { first, _ in first })
+        return try item(ino)
     }
 
     /// Names only, from the item's row alone: listing must stay one query (tools list the

@@ -143,19 +143,7 @@ struct Serve: AsyncParsableCommand {
         guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
         guard (0...3600).contains(authCacheSeconds) else { throw ValidationError("--auth-cache-seconds must be 0 to 3600") }
-        guard Self.duration(keepVersions) != nil else { throw ValidationError("--keep-versions takes a number and s, m, h or d (for example 30d), not '\(keepVersions)'") }
-    }
-
-    /// `30d`, `12h`, `90m`, `45s`: a positive whole number and its unit.
-    static func duration(_ text: String) -> Duration? {
-        guard let unit = text.last, let n = Int64(text.dropLast()), n > 0 else { return nil }
-        switch unit {
-        case "s": return .seconds(n)
-        case "m": return .seconds(n * 60)
-        case "h": return .seconds(n * 3600)
-        case "d": return .seconds(n * 86400)
-        default: return nil
-        }
+        guard DurationText.parse(keepVersions) != nil else { throw ValidationError("--keep-versions takes a number and s, m, h or d (for example 30d), not '\(keepVersions)'") }
     }
 
     func run() async throws {
@@ -190,7 +178,7 @@ struct Serve: AsyncParsableCommand {
             // this raises is always the graceful way out, even when the input has ended already.
             if watchStdin { StandardInputWatch.start() }
         }
-        let retention = VersionRetention(service: server.service, keep: Self.duration(keepVersions) ?? .seconds(30 * 86400), logger: logger)
+        let retention = VersionRetention(service: server.service, keep: DurationText.parse(keepVersions) ?? .seconds(30 * 86400), logger: logger)
         var services: [any Service] = [app, retention]
         if let metricsAddress {
             services.append(server.makeMetricsApplication(address: metricsAddress, logger: logger) { bound in
