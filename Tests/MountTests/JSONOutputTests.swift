@@ -105,6 +105,8 @@ struct JSONOutputTests {
             try Self.check(try await out(["kv", "get", "n", "--json", "--mount", a.mountpoint]), as: "`ubiq kv get KEY`, `ubiq kv list`", in: table)
             try Self.check(try await out(["kv", "list", "--json", "--mount", a.mountpoint]), as: "`ubiq kv get KEY`, `ubiq kv list`", in: table)
             try Self.check(try await out(["server", "status", "--json"]), as: "`ubiq server status`", in: table)
+            try Self.check(try await out(["share", file, "--expires", "1d", "--json"]), as: "`ubiq share`, `ubiq share --list`", in: table)
+            try Self.check(try await out(["share", "--list", "--json", "--mount", a.mountpoint]), as: "`ubiq share`, `ubiq share --list`", in: table)
             // The streams: their first line, which each prints at once (the connection's state,
             // the store's initial sync); `timeout` ends them.
             let monitor = try await a.sh("timeout -s INT 5 '\(ubiq)' monitor --json --mount \"$M\" | head -n 1")
