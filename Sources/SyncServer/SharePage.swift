@@ -46,6 +46,7 @@ enum SharePage {
                 body += "<li><a href=\"\(escaped(href))\" download>\(escaped(e.path))</a> <span class=\"size\">\(escaped(sizeText(e.size)))</span></li>\n"
             }
             body += "</ul>\n"
+            body += "<p><a class=\"download\" id=\"download\" href=\"?download=zip\" download=\"\(escaped(share.name)).zip\">Download all (zip)</a></p>\n"
         }
         return """
             <!DOCTYPE html>

@@ -38,6 +38,7 @@ extension SyncServer {
     /// `Accept` that names text/html) the page instead, unless the link asks for the download.
     func answerShare(_ request: Request, _ context: ServerContext, path: String) async throws -> Response {
         let share = try await service.publicShare(try context.parameters.require("token"))
+        if path.isEmpty && share.kind == .folder && request.uri.queryParameters["download"] == "zip" { return try await zip(share, request) }
         let wantsPage = request.uri.queryParameters["download"] == nil && (request.headers[.accept] ?? "").contains("text/html")
         if path.isEmpty && (wantsPage || share.kind == .folder) {
             if wantsPage { return SharePage.response(share, at: WallClock.now()) }
@@ -55,6 +56,25 @@ extension SyncServer {
         SharePage.protect(&response.headers)
         if request.method == .head { response.body = .init() }
         return response
+    }
+}
+
+extension SyncServer {
+    /// A shared folder's files as one zip, written as it is sent (`ZipStream`).
+    func zip(_ share: Share, _ request: Request) async throws -> Response {
+        var headers: HTTPFields = [.contentType: "application/zip", .contentDisposition: ContentDisposition.attachment(share.name + ".zip")]
+        SharePage.protect(&headers)
+        guard request.method == .get else { return Response(status: .ok, headers: headers) }
+        try await service.storage.shares.countDownload(token: share.token)
+        let members = share.entries.map { ZipStream.Member(name: $0.path, size: $0.size, modified: $0.modified, digest: $0.digest) }
+        let service = self.service
+        return Response(status: .ok, headers: headers, body: ResponseBody { writer in
+            try await ZipStream().write(members, open: { try await service.openContent($0) }) { chunk in
+                try await writer.write(chunk)
+                ContentBytes.sent.increment(by: chunk.readableBytes)
+            }
+            try await writer.finish(nil)
+        })
     }
 }
 

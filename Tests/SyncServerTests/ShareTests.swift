@@ -93,7 +93,7 @@ import TestSupport
         }
     }
 
-    @Test("a shared folder lists the files below it, each downloads on its own, and its page lists them; links and other paths are not reachable")
+    @Test("a shared folder lists the files below it, each downloads on its own or all as one zip, and its page lists them; links and other paths are not reachable")
     func sharedFolder() async throws {
         try await withLive { live in
             let folder = try await live.alice.createFolder(.default, name: "Trip")
@@ -113,7 +113,13 @@ import TestSupport
             for path in ["/link", "/day%201", "/../private.txt", "/%2E%2E/private.txt", "/" + elsewhere.id.rawValue] {
                 #expect(try await live.anonymous.send(.GET, info.path + path).status == 404, "\(path)")
             }
+            let zip = try await live.anonymous.send(.GET, info.path + "?download=zip")
+            #expect(zip.status == 200 && zip.headers.first(name: "Content-Type") == "application/zip")
+            #expect(try await ZipStreamTests.unpacked(zip.body) == [
+                "day 1/photo ü.jpg": sha256(Data(repeating: 9, count: 3000)).hex, "notes.md": sha256(Data("# notes".utf8)).hex,
+            ])
             let page = try await live.anonymous.send(.GET, info.path, headers: [("Accept", "text/html")])
+            #expect(page.text.contains("href=\"?download=zip\""))
             #expect(page.text.contains("day 1/photo ü.jpg") && page.text.contains("href=\"\(info.token)/day%201/photo%20%C3%BC.jpg?download=1\""), "\(page.text)")
         }
     }
