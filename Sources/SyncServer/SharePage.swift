@@ -34,8 +34,8 @@ enum SharePage {
         let total = share.entries.reduce(Int64(0)) { $0 + $1.size }
         var body = "<h1>\(escaped(share.name))</h1>\n"
         var facts = ["\(share.kind == .folder ? "\(share.entries.count) files, " : "")\(sizeText(total))"]
-        if share.kind == .file, let entry = share.entries.first { facts.append("modified " + WallClock.isoSeconds(of: entry.modified).replacingOccurrences(of: "T", with: " ")) }
-        facts.append(share.expires.map { "available until " + WallClock.isoSeconds(of: $0).replacingOccurrences(of: "T", with: " ") } ?? "no expiry")
+        if share.kind == .file, let entry = share.entries.first { facts.append("modified " + readable(entry.modified)) }
+        facts.append(share.expires.map { "available until " + readable($0) } ?? "no expiry")
         body += "<p class=\"facts\">\(escaped(facts.joined(separator: " · ")))</p>\n"
         if share.kind == .file {
             body += "<p><a class=\"download\" id=\"download\" href=\"?download=1\" download=\"\(escaped(share.name))\">Download</a></p>\n"
@@ -98,6 +98,11 @@ enum SharePage {
             out += unreserved ? String(Character(Unicode.Scalar(byte))) : String(format: "%%%02X", byte)
         }
         return out
+    }
+
+    /// `2026-11-28 14:05 UTC`: a time as a person reads it.
+    static func readable(_ time: Timestamp) -> String {
+        String(WallClock.isoSeconds(of: time).prefix(16)).replacingOccurrences(of: "T", with: " ") + " UTC"
     }
 
     static func sizeText(_ bytes: Int64) -> String {

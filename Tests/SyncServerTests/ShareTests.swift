@@ -144,3 +144,56 @@ import TestSupport
         #expect(reader.size == 400_000)
     }
 }
+
+/// The page as a browser renders it: headless Chromium (Debian's `chromium`, which
+/// `scripts/test` installs) loads it, its DOM is checked, and screenshots at a desktop's and a
+/// phone's width are kept in `.build/test-output/` for a person to look at.
+@Suite(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium"), "needs Debian's chromium"))
+struct SharePageInBrowserTests {
+    static let outputFolder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../.build/test-output").standardized.path
+
+    static func chromium(_ arguments: [String], profile: String) async throws -> (status: Int32, stdout: String, stderr: String) {
+        try await run("/usr/bin/chromium", ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run", "--user-data-dir=" + profile] + arguments, timeout: .seconds(90))
+    }
+
+    @Test("Chromium renders the page: the name (escaped), the size and a download link that fetches the bytes; screenshots at desktop and phone widths")
+    func pageInChromium() async throws {
+        try await withLive { live in
+            let name = "Budget <2027> & \"plans\" Überblick.txt"
+            let content = Data(repeating: 65, count: 12_345)
+            let file = try await live.alice.createFile(.default, name: name, content: content)
+            let info = try await ShareTests.share(live.alice, file.id)
+            let url = live.server.baseURL + info.path
+            let profile = try TempDirectory("ubiq-chromium")
+            defer { profile.remove() }
+
+            let dom = try await Self.chromium(["--dump-dom", url], profile: profile.path)
+            try #require(dom.status == 0, "chromium: \(dom.stderr.suffix(500))")
+            #expect(dom.stdout.contains("<h1>Budget &lt;2027&gt; &amp; \"plans\" Überblick.txt</h1>"), "\(dom.stdout.prefix(800))")
+            #expect(dom.stdout.contains("12 kB"))
+            #expect(!dom.stdout.contains("<2027>"), "the name is text, not markup")
+            let link = try #require(dom.stdout.firstMatch(of: /<a class="download" id="download" href="([^"]+)"/)?.1, "a download link in \(dom.stdout.prefix(800))")
+            let download = try await live.anonymous.send(.GET, info.path + String(link).replacingOccurrences(of: "&amp;", with: "&"), headers: [("Accept", "text/html")])
+            #expect(download.status == 200 && download.body == content, "the link downloads the file")
+
+            let folder = try await live.alice.createFolder(.default, name: "Holiday 2026")
+            for n in ["beach <1>.jpg", "a much longer name of a photo taken on the second day of the trip.jpg", "notes.md"] {
+                _ = try await live.alice.createFile(.default, parent: folder.id, name: n, content: Data(repeating: 1, count: 2_500_000))
+            }
+            let folderURL = live.server.baseURL + (try await ShareTests.share(live.alice, folder.id)).path
+            let folderDOM = try await Self.chromium(["--dump-dom", folderURL], profile: profile.path)
+            #expect(folderDOM.stdout.contains("beach &lt;1&gt;.jpg") && folderDOM.stdout.contains("Download all (zip)") && folderDOM.stdout.contains("3 files"),
+                    "\(folderDOM.stdout.prefix(1200))")
+
+            try FileManager.default.createDirectory(atPath: Self.outputFolder, withIntermediateDirectories: true)
+            for (page, address) in [("file", url), ("folder", folderURL)] {
+                for (label, size) in [("desktop", "1280,800"), ("phone", "390,844")] {
+                    let shot = Self.outputFolder + "/share-\(page)-\(label).png"
+                    try? FileManager.default.removeItem(atPath: shot)
+                    let r = try await Self.chromium(["--window-size=" + size, "--screenshot=" + shot, address], profile: profile.path)
+                    #expect(r.status == 0 && FileManager.default.fileExists(atPath: shot), "\(shot): \(r.stderr.suffix(300))")
+                }
+            }
+        }
+    }
+}
