@@ -32,6 +32,7 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
     case folderNotEmpty = "folder_not_empty"
     case itemIDTaken = "item_id_taken"
     case payloadTooLarge = "payload_too_large"
+    case rateLimited = "rate_limited"
     case kvTooManyKeys = "kv_too_many_keys"
     case kvKeyTooLong = "kv_key_too_long"
     case kvValueTooLarge = "kv_value_too_large"
@@ -56,6 +57,7 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
         case .revisionConflict, .nameExists, .folderNotEmpty, .itemIDTaken: 409
         case .payloadTooLarge, .kvTooManyKeys, .kvValueTooLarge, .kvStoreTooLarge: 413
         case .rangeNotSatisfiable: 416
+        case .rateLimited: 429
         case .digestMismatch: 422
         case .internalError: 500
         case .insufficientStorage: 507

@@ -18,6 +18,7 @@ extension APIError {
         let data = (try? JSONEncoder().encode(body)) ?? Data()
         var headers: HTTPFields = [.contentType: "application/json"]
         if let revision = current?.revision.rawValue { headers[.ubiqRevision] = revision }
+        if let retryAfter { headers[.retryAfter] = String(retryAfter) }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 

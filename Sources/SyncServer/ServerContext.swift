@@ -1,15 +1,19 @@
 import Hummingbird
+import NIOCore
 import ServerStorage
 import SyncService
 
 /// The per-request context: who is calling, once `AuthMiddleware` has checked the token.
-public struct ServerContext: RequestContext {
+public struct ServerContext: RequestContext, RemoteAddressRequestContext {
     public var coreContext: CoreRequestContextStorage
     public var account: AccountRef?
+    /// Who is asking, for the limit on share fetches; nil on a Unix socket.
+    public let remoteAddress: SocketAddress?
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.account = nil
+        self.remoteAddress = source.channel.remoteAddress
     }
 
     /// Bodies are collected by the routes themselves, each with its own limit.

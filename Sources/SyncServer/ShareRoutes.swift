@@ -37,6 +37,9 @@ extension SyncServer {
     /// A shared file's bytes, or one file of a shared folder's (`path`); to a browser (an
     /// `Accept` that names text/html) the page instead, unless the link asks for the download.
     func answerShare(_ request: Request, _ context: ServerContext, path: String) async throws -> Response {
+        if let wait = shareFetches.take(for: context.remoteAddress?.ipAddress ?? "local") {
+            throw APIError(.rateLimited, "too many share fetches from this address; try again in \(wait) s", retryAfter: wait)
+        }
         let share = try await service.publicShare(try context.parameters.require("token"))
         if path.isEmpty && share.kind == .folder && request.uri.queryParameters["download"] == "zip" { return try await zip(share, request) }
         let wantsPage = request.uri.queryParameters["download"] == nil && (request.headers[.accept] ?? "").contains("text/html")

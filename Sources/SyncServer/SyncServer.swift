@@ -24,8 +24,13 @@ public struct SyncServerConfiguration: Sendable {
     /// `/metrics` is served by `makeMetricsApplication` on an address of its own, not here.
     public var metricsOnOwnAddress: Bool
 
+    /// Share fetches (`/s/…`) one client address may make a minute, in bursts of as many;
+    /// past it 429 `rate_limited`. 0: no limit.
+    public var shareFetchesPerMinute: Int
+
     public init(maxUploadBytes: Int64 = 64 << 30, maxJSONBytes: Int = 1 << 20, maxBatchBytes: Int = 4 << 20, keepAliveInterval: Duration = .seconds(15),
-                recentAnswers: Duration = .seconds(10), metricsOnOwnAddress: Bool = false) {
+                recentAnswers: Duration = .seconds(10), metricsOnOwnAddress: Bool = false, shareFetchesPerMinute: Int = 600) {
+        self.shareFetchesPerMinute = shareFetchesPerMinute
         self.recentAnswers = recentAnswers
         self.metricsOnOwnAddress = metricsOnOwnAddress
         self.maxBatchBytes = maxBatchBytes
@@ -47,6 +52,7 @@ public struct SyncServer: Sendable {
     /// collected blob then finds no file; its account can be removed, which the token check
     /// notices within the same lifetime.
     let grants: RecentAnswers<GrantKey, Int64>
+    let shareFetches: RateLimit
 
     struct GrantKey: Hashable, Sendable {
         let account: Int64
@@ -63,6 +69,7 @@ public struct SyncServer: Sendable {
         self.metrics = metrics
         tokens = RecentAnswers(lifetime: configuration.recentAnswers)
         grants = RecentAnswers(lifetime: configuration.recentAnswers)
+        shareFetches = RateLimit(perMinute: configuration.shareFetchesPerMinute)
     }
 
     public func makeRouter() -> Router<ServerContext> {

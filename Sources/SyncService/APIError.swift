@@ -11,11 +11,14 @@ public struct APIError: Error, Sendable {
     public let code: APIErrorCode
     public let message: String
     public var current: ItemMetadata?
+    /// For `rate_limited`: the seconds after which a retry is welcome (`Retry-After`).
+    public var retryAfter: Int?
 
-    public init(_ code: APIErrorCode, _ message: String, current: ItemMetadata? = nil) {
+    public init(_ code: APIErrorCode, _ message: String, current: ItemMetadata? = nil, retryAfter: Int? = nil) {
         self.code = code
         self.message = message
         self.current = current
+        self.retryAfter = retryAfter
     }
 
     public var detail: APIErrorBody.Detail { .init(code: code, message: message, current: current) }

@@ -130,6 +130,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .long, help: "Serve /metrics on this address (HOST:PORT or unix:PATH) instead of --listen's: the API may face the world while its metrics stay private.")
     var metricsListen: String?
 
+    @Option(name: .long, help: "Share fetches (/s/…) one client address may make a minute, in bursts of as many; more get 429. 0: no limit.")
+    var shareRate: Int = 600
+
     @Flag(name: .long, help: "Stop, as on SIGTERM, when standard input reaches its end: a parent that holds the other end of a pipe takes the server with it however it exits.")
     var exitWithStdin = false
 
@@ -140,6 +143,7 @@ struct Serve: AsyncParsableCommand {
         if let metricsListen, ListenAddress(metricsListen) == nil {
             throw ValidationError("--metrics-listen takes HOST:PORT or unix:PATH, as --listen does")
         }
+        guard shareRate >= 0 else { throw ValidationError("--share-rate must be 0 (no limit) or more") }
         guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
         guard (0...3600).contains(authCacheSeconds) else { throw ValidationError("--auth-cache-seconds must be 0 to 3600") }
@@ -167,7 +171,9 @@ struct Serve: AsyncParsableCommand {
         let metricsAddress = metricsListen.flatMap(ListenAddress.init)
         let server = SyncServer(
             storage: storage,
-            configuration: .init(maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds), metricsOnOwnAddress: metricsAddress != nil),
+            configuration: .init(
+                maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds), metricsOnOwnAddress: metricsAddress != nil,
+                shareFetchesPerMinute: shareRate),
             metrics: metrics)
         let watchStdin = exitWithStdin
         let app = server.makeApplication(address: address, logger: logger) { bound in

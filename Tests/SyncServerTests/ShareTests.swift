@@ -3,6 +3,7 @@ import ItemModel
 import SyncAPI
 import Testing
 import TestSupport
+@testable import SyncServer
 
 @Suite struct ShareTests {
     static func share(_ http: TestHTTP, _ id: ItemID, expires: Timestamp? = nil) async throws -> ShareInfo {
@@ -195,5 +196,31 @@ struct SharePageInBrowserTests {
                 }
             }
         }
+    }
+}
+
+@Suite struct ShareRateTests {
+    @Test("share fetches past --share-rate a minute from one address get 429 with Retry-After")
+    func fetchesAreLimited() async throws {
+        try await withLive(extraArguments: ["--share-rate", "5"]) { live in
+            let file = try await live.alice.createFile(.default, name: "a.txt", content: Data("a".utf8))
+            let info = try await ShareTests.share(live.alice, file.id)
+            for _ in 0..<5 { #expect(try await live.anonymous.send(.GET, info.path).status == 200) }
+            let refused = try await live.anonymous.send(.GET, info.path)
+            #expect(refused.status == 429 && refused.errorCode == .rateLimited && refused.headers.first(name: "Retry-After") == "12", "\(refused.text)")
+            #expect(try await live.alice.send(.GET, APIPath.shares(.default)).status == 200, "the API itself is not limited")
+        }
+    }
+
+    @Test("a bucket holds a minute's fetches and fills at that rate")
+    func bucket() {
+        let limit = RateLimit(perMinute: 60)
+        let start = ContinuousClock.now
+        for _ in 0..<60 { #expect(limit.take(for: "a", now: start) == nil) }
+        #expect(limit.take(for: "a", now: start) == 1)
+        #expect(limit.take(for: "b", now: start) == nil, "each address has its own")
+        #expect(limit.take(for: "a", now: start + .seconds(1)) == nil)
+        #expect(limit.take(for: "a", now: start + .seconds(1)) == 1)
+        #expect(RateLimit(perMinute: 0).take(for: "a") == nil, "0: no limit")
     }
 }
