@@ -44,6 +44,10 @@ import TestSupport
 
             let listed: ShareList = try await live.alice.send(.GET, APIPath.shares(.default)).decode()
             #expect(listed.shares.map(\.token) == [info.token] && listed.shares[0].downloads == 5, "\(listed.shares)")
+
+            // Killed and started again: the share and its content are still there.
+            try await live.server.restart(samePort: true)
+            #expect(try await live.anonymous.send(.GET, info.path).body == content, "a share survives a restart of the server")
         }
     }
 
@@ -74,18 +78,20 @@ import TestSupport
     @Test("a name with spaces, quotes, markup and letters beyond ASCII downloads under its true name and shows escaped on the page")
     func namesSurvive() async throws {
         try await withLive { live in
-            let name = "Q3 \"final\" <img src=x onerror=alert(1)> Übersicht ☃.txt"
+            let name = "Q3 \"final\" <script>alert(1)<img src=x onerror=alert(1)> Übersicht ☃.txt"
             let file = try await live.alice.createFile(.default, name: name, content: Data("x".utf8))
             let info = try await Self.share(live.alice, file.id)
             let r = try await live.anonymous.send(.GET, info.path)
             let disposition = try #require(r.headers.first(name: "Content-Disposition"))
             let encoded = try #require(disposition.components(separatedBy: "filename*=UTF-8''").last)
             #expect(encoded.removingPercentEncoding == name, "\(disposition)")
-            #expect(disposition.allSatisfy(\.isASCII) && disposition.hasPrefix("attachment; filename=\"Q3 _final_ <img src=x onerror=alert(1)> _bersicht _.txt\""), "\(disposition)")
+            #expect(disposition.allSatisfy(\.isASCII) && disposition.hasPrefix("attachment; filename=\"Q3 _final_ <script>alert(1)<img src=x onerror=alert(1)> _bersicht _.txt\""),
+                    "\(disposition)")
 
             let page = try await live.anonymous.send(.GET, info.path, headers: [("Accept", "text/html,application/xhtml+xml")])
             #expect(page.status == 200 && page.headers.first(name: "Content-Type") == "text/html; charset=utf-8")
-            #expect(page.text.contains("&lt;img src=x onerror=alert(1)&gt;") && !page.text.contains("<img"), "\(page.text.prefix(600))")
+            #expect(page.text.contains("&lt;script&gt;alert(1)&lt;img src=x onerror=alert(1)&gt;") && !page.text.contains("<img") && !page.text.contains("<script"),
+                    "\(page.text.prefix(600))")
             #expect(page.text.contains("&quot;final&quot;") && page.text.contains("Übersicht ☃"))
             #expect(page.text.contains("href=\"?download=1\""))
             #expect(page.headers.first(name: "Content-Security-Policy")?.contains("default-src 'none'") == true)
