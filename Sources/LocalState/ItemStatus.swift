@@ -18,6 +18,8 @@ public struct ItemStatus: Sendable, Equatable {
     public var pinned: Bool
     public var itemID: String
     public var revision: String?
+    /// The item's links (`ubiq share`) as this mount knows them, not expired.
+    public var shares: [KnownShare]
 
     /// Every value `downloadingStatus` takes.
     public static let downloadingStatuses = ["current", "downloaded", "notDownloaded", "excluded"]
@@ -38,7 +40,11 @@ public struct ItemStatus: Sendable, Equatable {
     ///   - downloadPercent: progress of a running download, nil when none runs.
     ///   - uploading / uploadPercent: whether the outbox is sending this item right now.
     ///   - settledHere: conflict versions a resolution chosen here drops, before the server has it.
-    public init(item: LocalItem, excluded: Bool, pendingOps: Int, downloadPercent: Int?, uploading: Bool, uploadPercent: Int?, settledHere: Set<ItemID> = []) {
+    public init(
+        item: LocalItem, excluded: Bool, pendingOps: Int, downloadPercent: Int?, uploading: Bool, uploadPercent: Int?, settledHere: Set<ItemID> = [],
+        shares: [KnownShare] = []
+    ) {
+        self.shares = shares
         let local = item.kind == .folder || item.content.isWhole
         downloadingStatus = Self.downloadingStatus(kind: item.kind, content: item.content, excluded: excluded)
         isDownloading = downloadPercent != nil
@@ -59,7 +65,7 @@ public struct ItemStatus: Sendable, Equatable {
     }
 
     /// The names `attributes` has, in the same order, knowing only which optional ones are present.
-    public static func names(downloadingError: Bool, uploadingError: Bool, revision: Bool, conflictVersions: Bool) -> [String] {
+    public static func names(downloadingError: Bool, uploadingError: Bool, revision: Bool, conflictVersions: Bool, shares: Bool = false) -> [String] {
         var out = ["user.ubiq.downloadingStatus", "user.ubiq.isDownloading", "user.ubiq.percentDownloaded", "user.ubiq.isUploaded",
                    "user.ubiq.isUploading", "user.ubiq.percentUploaded", "user.ubiq.hasUnresolvedConflicts"]
         if conflictVersions { out.append("user.ubiq.conflictVersions") }
@@ -67,6 +73,7 @@ public struct ItemStatus: Sendable, Equatable {
         if uploadingError { out.append("user.ubiq.uploadingError") }
         out += ["user.ubiq.pinned", "user.ubiq.itemID"]
         if revision { out.append("user.ubiq.revision") }
+        if shares { out.append("user.ubiq.shares") }
         return out
     }
 
@@ -88,7 +95,20 @@ public struct ItemStatus: Sendable, Equatable {
         out.append(("user.ubiq.pinned", pinned ? "1" : "0"))
         out.append(("user.ubiq.itemID", itemID))
         if let revision { out.append(("user.ubiq.revision", revision)) }
+        if !shares.isEmpty { out.append(("user.ubiq.shares", Self.listing(shares))) }
         return out
+    }
+
+    /// The value of `user.ubiq.shares`: a JSON array, one object per link (`url`, and
+    /// `expires` in ISO 8601 when it has an expiry), keys sorted.
+    public static func listing(_ shares: [KnownShare]) -> String {
+        let objects: [[String: String]] = shares.map { share in
+            var object = ["url": share.url]
+            if let expires = share.expires { object["expires"] = WallClock.isoSeconds(of: expires) }
+            return object
+        }
+        let data = (try? JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("[]".utf8)
+        return String(decoding: data, as: UTF8.self)
     }
 }
 
@@ -100,7 +120,7 @@ extension ItemStatus {
         switch name.hasPrefix(prefix) ? String(name.dropFirst(prefix.count)) : name {
         case "isDownloading", "isUploaded", "isUploading", "hasUnresolvedConflicts", "pinned": return text == "1"
         case "percentDownloaded", "percentUploaded": return Int(text) ?? text
-        case "conflictVersions": return (try? JSONSerialization.jsonObject(with: Data(text.utf8))) ?? text
+        case "conflictVersions", "shares": return (try? JSONSerialization.jsonObject(with: Data(text.utf8))) ?? text
         default: return text
         }
     }

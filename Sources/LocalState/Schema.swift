@@ -270,6 +270,14 @@ extension LocalStore {
                 UPDATE outbox SET op = 'create' WHERE op = 'createFolder';
                 """)
         }
+        m.registerMigration("v21: shares known here") { db in
+            // The links of the container's shares as this mount last heard of them
+            // (`KnownShare`), for `user.ubiq.shares`.
+            try db.execute(sql: """
+                CREATE TABLE known_shares (token TEXT PRIMARY KEY NOT NULL, item_id TEXT NOT NULL, url TEXT NOT NULL, expires INTEGER);
+                CREATE INDEX known_shares_by_item ON known_shares(item_id);
+                """)
+        }
         return m
     }
 }

@@ -30,7 +30,9 @@ struct ShareControl: Sendable {
             let item = try onServer(path)
             let until = expires.map { WallClock.now() + Int64($0.components.seconds) * 1_000_000_000 }
             let info = try await links.createShare(of: item.itemID, expires: until)
-            return ShareReport(shares: [line(info, path: path)])
+            let shown = line(info, path: path)
+            try engine.store.write { try $0.noteShare(Self.known(shown)) }
+            return ShareReport(shares: [shown])
         } catch {
             return ShareReport(error: describe(error, path))
         }
@@ -41,6 +43,7 @@ struct ShareControl: Sendable {
             let item = try found(path)
             let mine = try await links.shares().filter { $0.itemID == item.itemID }
             for share in mine { try await links.removeShare(token: share.token) }
+            try engine.store.write { try $0.forgetShares(of: item.itemID) }
             if mine.isEmpty { return ShareReport(error: "\(path) is not shared") }
             return ShareReport(removed: mine.count)
         } catch {
@@ -51,12 +54,19 @@ struct ShareControl: Sendable {
     func list() async -> ShareReport {
         do {
             let all = try await links.shares()
-            return ShareReport(shares: try engine.store.read { r in
+            let lines = try engine.store.read { r in
                 try all.map { info in line(info, path: try r.item(id: info.itemID).flatMap { try r.path(of: $0.ino) }) }
-            })
+            }
+            // The whole list: what this mount shows of shares is the server's now.
+            try engine.store.write { try $0.replaceKnownShares(lines.map(Self.known)) }
+            return ShareReport(shares: lines)
         } catch {
             return ShareReport(error: "\(error)")
         }
+    }
+
+    static func known(_ line: ShareLine) -> KnownShare {
+        KnownShare(token: line.share.token, itemID: line.share.itemID, url: line.url, expires: line.share.expires)
     }
 
     func line(_ info: ShareInfo, path: String?) -> ShareLine {

@@ -49,7 +49,7 @@ extension FileSystem {
         // (`ubiq status` shows their state).
         guard item.kind == .file || item.kind == .folder else { return [] }
         var names = ItemStatus.names(downloadingError: item.downloadError != nil, uploadingError: item.uploadError != nil, revision: item.revision != nil,
-                                       conflictVersions: hasUnsettledConflicts(item))
+                                       conflictVersions: hasUnsettledConflicts(item), shares: !shares(of: item).isEmpty)
         // Known once the server was first reached.
         if ino == LocalItem.rootIno, (try? store.read({ try $0.accountIdentity() })) != nil { names.append("user.ubiq.identityToken") }
         names += item.xattrs.keys.sorted()
@@ -78,7 +78,12 @@ extension FileSystem {
         var item = item
         if let l = openFiles.beingWritten(item.ino) { item.size = l.size }
         return ItemStatus(item: item, excluded: excluded, pendingOps: pending, downloadPercent: content.downloadPercent(item.ino),
-                          uploading: upload.uploading, uploadPercent: upload.percent, settledHere: settledHere(item))
+                          uploading: upload.uploading, uploadPercent: upload.percent, settledHere: settledHere(item), shares: shares(of: item))
+    }
+
+    /// The item's links as this mount knows them (`ubiq share`); only shared items have any.
+    func shares(of item: LocalItem) -> [KnownShare] {
+        (try? store.read { try $0.knownShares(of: item.itemID, at: Self.now()) }) ?? []
     }
 
     public func setXattr(_ ino: Int64, name: String, value: [UInt8], create: Bool, replace: Bool) throws(FSError) {

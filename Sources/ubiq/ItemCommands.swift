@@ -32,7 +32,7 @@ enum Xattr {
 
     static let statusNames = [
         "downloadingStatus", "isDownloading", "percentDownloaded", "isUploaded", "isUploading", "percentUploaded",
-        "hasUnresolvedConflicts", "downloadingError", "uploadingError", "pinned", "itemID", "revision",
+        "hasUnresolvedConflicts", "downloadingError", "uploadingError", "pinned", "itemID", "revision", "shares",
     ]
 
     static func status(_ path: String) -> [(String, String)] {

@@ -10,7 +10,7 @@ import TestSupport
         return try #require(object?["url"] as? String, "\(output)")
     }
 
-    @Test("ubiq share prints a link curl fetches the file from (ranges too), as it was when shared; --list shows it; unshare makes it 404; a local-only item is refused")
+    @Test("ubiq share prints a link curl fetches the file from (ranges too), as it was when shared; the item's status shows it, --list too; unshare makes it 404; a local-only item is refused")
     func shareAFile() async throws {
         try await withDevices(["A"]) { _, devices in
             let a = devices[0]
@@ -22,6 +22,11 @@ import TestSupport
             #expect(try await a.must("curl -sf '\(url)'") == "the first version\n")
             #expect(try await a.must("curl -s -o /dev/null -w '%{http_code}' -r 4-8 '\(url)'") == "206")
             #expect(try await a.must("curl -s -r 4-8 '\(url)'") == "first")
+            // The item says it is shared: its attribute, and `ubiq status`.
+            #expect(try await a.must(#"getfattr -n user.ubiq.shares --only-values "$M/Report Q3.txt""#) == "[{\"url\":\"\(url)\"}]")
+            let status = try await a.ubiq(["status", "--json", a.mountpoint + "/Report Q3.txt"])
+            let shares = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["shares"] as? [[String: Any]]
+            #expect(shares?.first?["url"] as? String == url, "\(status.stdout)")
             let header = try await a.must("curl -sI '\(url)' | tr -d '\\r' | grep -i '^content-disposition'")
             #expect(header.contains("filename*=UTF-8''Report%20Q3.txt"), "\(header)")
 
@@ -39,6 +44,7 @@ import TestSupport
             let removed = try await a.ubiq(["unshare", a.mountpoint + "/Report Q3.txt"])
             #expect(removed.status == 0 && removed.stdout.contains("removed 1 share"), "\(removed)")
             #expect(try await a.must("curl -s -o /dev/null -w '%{http_code}' '\(url)'") == "404")
+            #expect(try await a.sh(#"getfattr -n user.ubiq.shares "$M/Report Q3.txt""#).status != 0, "no longer shared")
             let again = try await a.ubiq(["unshare", a.mountpoint + "/Report Q3.txt"])
             #expect(again.status == 1 && again.stderr.contains("is not shared"))
         }
