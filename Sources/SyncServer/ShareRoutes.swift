@@ -49,8 +49,8 @@ extension SyncServer {
                 name: share.name, expires: share.expires,
                 files: share.entries.map { ShareListing.File(path: $0.path, size: $0.size, modified: $0.modified) }))
         }
-        let wanted = share.kind == .file ? "" : path
-        guard let entry = share.entries.first(where: { $0.path == wanted }) else { throw APIError(.shareNotFound, "no such share") }
+        // A shared file's one entry has the empty path: below it there is nothing.
+        guard let entry = share.entries.first(where: { $0.path == path }) else { throw APIError(.shareNotFound, "no such share") }
         let name = entry.path.isEmpty ? share.name : String(entry.path.split(separator: "/").last ?? "")
         if request.method == .get { try await service.storage.shares.countDownload(token: share.token) }
         var response = serve(try await service.openContent(entry.digest), digest: entry.digest, request: request)

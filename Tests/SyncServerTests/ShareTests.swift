@@ -32,6 +32,7 @@ import TestSupport
             let part = try await live.anonymous.send(.GET, info.path, headers: [("Range", "bytes=6-12")])
             #expect(part.status == 206 && part.body == content[6...12] && part.headers.first(name: "Content-Range") == "bytes 6-12/\(content.count)")
             #expect(try await live.anonymous.send(.GET, info.path, headers: [("Range", "bytes=500-")]).status == 416)
+            #expect(try await live.anonymous.send(.GET, info.path + "/report.txt").status == 404, "a shared file has nothing below it")
 
             // Edited, then deleted: the link still serves what was shared.
             let digest = try await live.alice.uploadBlob(Data("second version".utf8))
