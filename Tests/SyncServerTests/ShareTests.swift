@@ -69,7 +69,9 @@ import TestSupport
 
             let soon = WallClock.now() + 1_500_000_000
             let expiring = try await Self.share(live.alice, file.id, expires: soon)
-            #expect(try await live.anonymous.send(.GET, expiring.path).status == 200)
+            // Served until its time (a loaded machine may reach here only after it).
+            let early = try await live.anonymous.send(.GET, expiring.path).status
+            #expect(early == 200 || (early == 410 && WallClock.now() >= soon), "\(early)")
             try await eventually(timeout: .seconds(10), "the share to expire") { try await live.anonymous.send(.GET, expiring.path).status == 410 }
             let past = try await live.alice.json(.POST, APIPath.shares(.default), CreateShareRequest(itemID: file.id, expires: WallClock.now() - 1))
             #expect(past.status == 400)
@@ -212,9 +214,17 @@ struct SharePageInBrowserTests {
         try await withLive(extraArguments: ["--share-rate", "5"]) { live in
             let file = try await live.alice.createFile(.default, name: "a.txt", content: Data("a".utf8))
             let info = try await ShareTests.share(live.alice, file.id)
+            // A burst of 5 goes through; the bucket refills one fetch per 12 s, so on a slow
+            // machine a fetch or two more may pass before the refusal.
             for _ in 0..<5 { #expect(try await live.anonymous.send(.GET, info.path).status == 200) }
-            let refused = try await live.anonymous.send(.GET, info.path)
-            #expect(refused.status == 429 && refused.errorCode == .rateLimited && refused.headers.first(name: "Retry-After") == "12", "\(refused.text)")
+            var refused: TestResponse?
+            for _ in 0..<10 {
+                let r = try await live.anonymous.send(.GET, info.path)
+                if r.status != 200 { refused = r; break }
+            }
+            let answer = try #require(refused, "the limit refused none of 15 fetches")
+            let wait = answer.headers.first(name: "Retry-After").flatMap { Int($0) }
+            #expect(answer.status == 429 && answer.errorCode == .rateLimited && (1...12).contains(wait ?? 0), "\(answer.status) \(answer.text) \(String(describing: wait))")
             #expect(try await live.alice.send(.GET, APIPath.shares(.default)).status == 200, "the API itself is not limited")
         }
     }
