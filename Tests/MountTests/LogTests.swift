@@ -59,7 +59,12 @@ extension OrdinaryUserTests {
             try await a.must(#"mkdir "$M/d" && echo hello > "$M/d/f" && cat "$M/d/f" > /dev/null"#)
             #expect(try await a.sh(#"rmdir "$M/d""#).status != 0)
             try await eventually("d/f to be uploaded") { try await a.xattr("d/f", "user.ubiq.isUploaded") == "1" }
-            let after = try await scrape()
+            // The upload's event is counted just after its commit, which the attribute shows.
+            var after = try await scrape()
+            try await eventually("the upload's event and bytes to be counted") {
+                after = try await scrape()
+                return after.value("ubiq_mount_uploaded_bytes_total") - before.value("ubiq_mount_uploaded_bytes_total") >= 6
+            }
             let duration = "ubiq_mount_request_duration_seconds_count"
             for request in ["mkdir", "create", "write", "flush"] {
                 #expect(after.value(duration, ["request": request]) > before.value(duration, ["request": request]), "\(request) counted")
@@ -73,8 +78,13 @@ extension OrdinaryUserTests {
             let evicted = try await a.ubiq(["evict", a.mountpoint + "/d/f"])
             try #require(evicted.status == 0, "\(evicted.stderr)")
             #expect(try await a.must(#"cat "$M/d/f""#) == "hello\n")
-            let downloaded = try await scrape()
-            #expect(downloaded.value("ubiq_mount_downloaded_bytes_total") - after.value("ubiq_mount_downloaded_bytes_total") == 6)
+            // Counted when the transfer has ended, which may be just after the reader has its bytes.
+            var counted = 0.0
+            try await eventually("the download's bytes to be counted (last: \(counted))") {
+                counted = try await scrape().value("ubiq_mount_downloaded_bytes_total") - after.value("ubiq_mount_downloaded_bytes_total")
+                return counted >= 6
+            }
+            #expect(counted == 6)
         }
     }
 }
