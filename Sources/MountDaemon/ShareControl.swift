@@ -84,18 +84,20 @@ struct ShareControl: Sendable {
     }
 
     /// The item at `path`, when what it shows is on the server: a file with no change of its
-    /// own still to send, or a folder with none below it. Anything else is refused: the link
-    /// would serve something other than what this device shows.
+    /// own still to send, or a folder with none below it (local-only items below it aside: they
+    /// are in no snapshot). Anything else is refused: the link would serve something other than
+    /// what this device shows.
     func onServer(_ path: String) throws -> LocalItem {
         let item = try found(path)
         guard item.kind == .file || item.kind == .folder else { throw Refusal(description: "\(path): only a file or a folder can be shared") }
         let unsent = try engine.store.read { r -> Bool in
-            let all = item.kind == .folder ? try r.descendants(of: item.ino) + [item] : [item]
             if try r.isExcluded(item.ino) { return true }
+            let all = item.kind == .folder ? try r.descendants(of: item.ino) + [item] : [item]
             return try all.contains { row in
                 guard row.kind.isSynced else { return false }
-                if row.revision == nil || row.content == .dirty { return true }
-                return try r.pendingOps(for: row.ino) > 0
+                let waiting = try row.revision == nil || row.content == .dirty || r.pendingOps(for: row.ino) > 0
+                // Only a waiting row walks up: nearly every row has no change to send.
+                return try waiting && !r.isExcluded(row.ino)
             }
         }
         if unsent { throw Refusal(description: "\(path) has changes that are not on the server yet (or is local-only); share it once `ubiq status` shows it uploaded") }
