@@ -208,6 +208,14 @@ extension FileSystem {
             opening = openFiles.open(handle(excluded: writable ? ((try? store.read { try $0.isExcluded(ino) }) ?? false) : false))
         }
         let handleID = opening.handle
+        // A download that completed between the read of `item` and this registration marked
+        // no handle of it (`downloadCompleted` came first): this one holds a whole copy too.
+        // Unmarked, it would not count as an old copy when a new version replaces the file, and
+        // a later open's pages of that version would be read through it.
+        if !local, let digest = item.serverDigest,
+           let now = try? store.read({ try $0.item(ino) }), now.content.isWhole, now.serverDigest == digest {
+            openFiles.markKnownLocal(handleID)
+        }
         if truncate {
             do { try setSize(ino, 0, fd: fd) } catch {
                 release(handleID)

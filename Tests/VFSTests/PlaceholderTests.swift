@@ -5,7 +5,7 @@ import SyncAPI
 import Synchronization
 import Testing
 import TestSupport
-import VFS
+@testable import VFS
 
 @Suite("Placeholders and content")
 struct PlaceholderTests {
@@ -366,6 +366,35 @@ struct PlaceholderTests {
             #expect(later.keepCache && !later.directIO)
             #expect(sha(try await h.readAll(later.handle, size: 1 << 20)) == sha(v2))
             h.fs.release(later.handle)
+        }
+    }
+
+    @Test("an open that read the placeholder before its download completed holds a whole copy: a later version does not leak into it")
+    func openRacingTheDownloadsEndKeepsItsVersion() async throws {
+        let h = try await Harness()
+        defer { h.close() }
+        let v1 = pattern(40_000, seed: 3)
+        let v2 = pattern(60_000, seed: 4)
+        try await h.running {
+            let remote = try await h.remote.otherDevice.createFile("held.bin", content: v1)
+            let ino = try await h.appeared("/held.bin")
+            // The open's read of the row, made before the download ends...
+            let readBefore = try #require(try h.local(ino))
+            #expect(readBefore.content == .placeholder)
+            #expect(sha(try await h.read(ino)) == sha(v1))
+            try await eventually("v1 to be current") { try h.downloadingStatus(ino) == "current" }
+            // ...and its handle registered after it: no download was left to tell it. Its first
+            // reads were answered from the download's landed bytes, which says nothing either.
+            let old = try #require(try h.fs.finishOpen(readBefore, flags: O_RDONLY, wasLocal: false))
+
+            try await h.remote.otherDevice.updateContent(remote.id, to: v2)
+            try await eventually("the copy to be stale") { try h.downloadingStatus(ino) == "downloaded" }
+            let new = try await within(.seconds(10), "open of a stale file held open") { try await h.fs.open(ino, flags: O_RDONLY) }
+            #expect(new.directIO, "the old reader's pages of v1 must not be shared with the new open")
+            #expect(sha(try await h.readAll(new.handle, size: 1 << 20)) == sha(v2))
+            #expect(sha(try await h.readAll(old.handle, size: 1 << 20)) == sha(v1), "the old descriptor reads all of its version")
+            h.fs.release(old.handle)
+            h.fs.release(new.handle)
         }
     }
 
