@@ -149,10 +149,22 @@ public final class TestDevice: @unchecked Sendable {
     }
 
     /// Unmounts (flushing what it can), then makes sure nothing is left mounted or running.
+    /// Says on stderr what was tried when the mount stays: the test script's sweep removes it,
+    /// and this line tells whose it was and why.
     public func unmount() async {
-        if isMounted { _ = try? await ubiq(["unmount", mountpoint, "--timeout", "10"], timeout: .seconds(40)) }
-        if isMounted { _ = try? await run("/bin/fusermount3", ["-uz", mountpoint], timeout: .seconds(10)) }
+        var tried: [String] = []
+        func attempt(_ what: String, _ command: () async throws -> (status: Int32, stdout: String, stderr: String)) async {
+            do {
+                let r = try await command()
+                tried.append("\(what): exit \(r.status) \(r.stderr.trimmingCharacters(in: .whitespacesAndNewlines))")
+            } catch {
+                tried.append("\(what): \(error)")
+            }
+        }
+        if isMounted { await attempt("ubiq unmount") { try await ubiq(["unmount", mountpoint, "--timeout", "10"], timeout: .seconds(40)) } }
+        if isMounted { await attempt("fusermount3 -uz") { try await run("/bin/fusermount3", ["-uz", mountpoint], timeout: .seconds(10)) } }
         if let pid = try? await daemonPID() { kill(pid, SIGKILL) }
+        if isMounted { FileHandle.standardError.write(Data("[\(name)] \(mountpoint) is still mounted; tried \(tried.joined(separator: "; "))\n".utf8)) }
     }
 
     public func remove() {
