@@ -38,7 +38,7 @@ let package = Package(
         .executableTarget(
             name: "ubiq-server",
             dependencies: [
-                "SyncServer", "ServerStorage", "ItemModel", "DataFolderLock",
+                "SyncServer", "SyncService", "ServerStorage", "ItemModel", "DataFolderLock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

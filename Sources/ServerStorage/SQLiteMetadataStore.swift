@@ -249,6 +249,22 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
                 CREATE INDEX share_entries_by_digest ON share_entries(digest);
                 """)
         }
+        m.registerMigration("v11: tokens that end") { db in
+            // Tokens issued before get the default lifetime from now; the server's own policy
+            // shortens it at their first use if it is shorter (`TokenPolicy.expiry`).
+            let now = WallClock.now()
+            try db.execute(sql: """
+                ALTER TABLE tokens ADD COLUMN device TEXT;
+                ALTER TABLE tokens ADD COLUMN used INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE tokens ADD COLUMN expires INTEGER NOT NULL DEFAULT 0;
+                UPDATE tokens SET used = ?, expires = ?;
+                CREATE INDEX tokens_by_account ON tokens(account_key, created);
+                -- Contents whose last account was removed: their files are deleted by whoever
+                -- knows the blob store's writers (the running server, or the command when
+                -- none runs).
+                CREATE TABLE blob_deletions (digest TEXT PRIMARY KEY NOT NULL, queued INTEGER NOT NULL) WITHOUT ROWID;
+                """, arguments: [now, now + 90 * 86_400 * 1_000_000_000])
+        }
         return m
     }
 
@@ -275,33 +291,10 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         }
     }
 
-    public func removeAccount(name: String) async throws {
-        try await write { db in
-            try db.cachedStatement(sql: "DELETE FROM accounts WHERE name = ?").execute(arguments: [name])
-            if db.changesCount == 0 { throw StorageError.accountNotFound(name) }
-        }
-    }
-
     public func passwordHash(account name: String) async throws -> (AccountRef, String)? {
         try readNow { db in
             try Row.fetchOne(try db.cachedStatement(sql: "SELECT key, name, password_hash FROM accounts WHERE name = ?"), arguments: [name])
                 .map { (AccountRef(key: $0["key"], name: $0["name"]), $0["password_hash"]) }
-        }
-    }
-
-    public func addToken(hash: String, for account: AccountRef, created: Timestamp) async throws {
-        try await write { db in
-            try db.cachedStatement(sql: "INSERT INTO tokens (hash, account_key, created) VALUES (?, ?, ?)").execute(
-                arguments: [hash, account.key, created])
-        }
-    }
-
-    public func account(tokenHash: String) async throws -> AccountRef? {
-        try readNow { db in
-            try Row.fetchOne(
-                try db.cachedStatement(sql: "SELECT a.key, a.name FROM tokens t JOIN accounts a ON a.key = t.account_key WHERE t.hash = ?"),
-                arguments: [tokenHash]
-            ).map { AccountRef(key: $0["key"], name: $0["name"]) }
         }
     }
 

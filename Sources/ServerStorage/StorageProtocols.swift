@@ -73,14 +73,70 @@ public enum StorageError: Error, Sendable, Equatable {
 public protocol AccountStore: Sendable {
     func addAccount(name: String, passwordHash: String) async throws -> AccountRef
     func accounts() async throws -> [AccountRef]
-    /// Removes the account with its tokens, containers and items.
-    func removeAccount(name: String) async throws
+    /// Removes the account with its tokens, containers, items, versions and shares, and takes
+    /// back its grants of contents. Contents no other account holds are queued for deletion
+    /// (`MetadataStore.pendingBlobDeletions`): their files go where the blob store's writers
+    /// are known (`SyncService.deletePendingBlobs`).
+    func removeAccount(name: String) async throws -> AccountRemoval
     func passwordHash(account name: String) async throws -> (AccountRef, String)?
-    func addToken(hash: String, for account: AccountRef, created: Timestamp) async throws
-    func account(tokenHash: String) async throws -> AccountRef?
     /// The account's identity (`AccountIdentity`): made when the account was added, the same
     /// for as long as it exists. `accountNotFound` once it is removed.
     func identity(of account: AccountRef) async throws -> String
+
+    func addToken(_ token: StoredToken) async throws
+    /// The token with this hash, expired or not; nil when there is none (never issued, revoked,
+    /// or forgotten after it expired).
+    func token(hash: String) async throws -> StoredToken?
+    /// A use of the token moved its expiry on (sliding expiry).
+    func renewToken(hash: String, used: Timestamp, expires: Timestamp) async throws
+    /// The account's tokens, oldest first; `accountNotFound` when there is no such account.
+    func tokens(ofAccount name: String) async throws -> [StoredToken]
+    /// Revokes the account's tokens whose `id` is in `ids` (every token when nil); returns those revoked.
+    func revokeTokens(ofAccount name: String, ids: Set<String>?) async throws -> [StoredToken]
+    /// Revokes one token (a logout); false when there was none.
+    func revokeToken(hash: String) async throws -> Bool
+    /// Forgets tokens that expired before `cutoff`; returns how many.
+    func forgetTokens(expiredBefore cutoff: Timestamp) async throws -> Int
+}
+
+/// A bearer token as the server keeps it: the hash, never the token.
+public struct StoredToken: Sendable, Equatable {
+    public var hash: String
+    public var account: AccountRef
+    /// What the client called itself when it logged in (a host name), if it said.
+    public var device: String?
+    public var created: Timestamp
+    /// The last use that moved the expiry on (uses are recorded that coarsely, see `TokenPolicy`).
+    public var used: Timestamp
+    public var expires: Timestamp
+
+    /// How lists name the token, and what `revoke` takes: the start of its hash, which tells
+    /// nothing of the token itself.
+    public var id: String { String(hash.prefix(Self.idLength)) }
+    public static let idLength = 12
+
+    public init(hash: String, account: AccountRef, device: String?, created: Timestamp, used: Timestamp, expires: Timestamp) {
+        self.hash = hash
+        self.account = account
+        self.device = device
+        self.created = created
+        self.used = used
+        self.expires = expires
+    }
+}
+
+/// What removing an account removed.
+public struct AccountRemoval: Sendable, Equatable {
+    public var containers = 0
+    /// Live items (files, folders and links).
+    public var items = 0
+    public var earlierVersions = 0
+    public var shares = 0
+    public var tokens = 0
+    /// Contents only this account held, queued for deletion, and their bytes.
+    public var contents = 0
+    public var contentBytes: Int64 = 0
+    public init() {}
 }
 
 public struct NewItem: Sendable {
@@ -200,6 +256,10 @@ public protocol MetadataStore: Sendable {
     func forgetUnreferencedBlobs(grantedBefore cutoff: Timestamp) async throws -> Int
     /// Whether any account may use the blob.
     func isGranted(_ digest: ContentDigest) async throws -> Bool
+    /// Contents queued for deletion when their last account went (`AccountStore.removeAccount`).
+    func pendingBlobDeletions(limit: Int) async throws -> [ContentDigest]
+    /// The queued deletion of `digest` is done (or no longer wanted: an account holds it again).
+    func finishBlobDeletion(_ digest: ContentDigest) async throws
 }
 
 /// The ordered change log of each container.

@@ -6,6 +6,7 @@ import ItemModel
 public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
     case unauthorized = "unauthorized"
     case invalidCredentials = "invalid_credentials"
+    case tokenExpired = "token_expired"
     case invalidRequest = "invalid_request"
     case invalidName = "invalid_name"
     case invalidContainerID = "invalid_container_id"
@@ -46,7 +47,7 @@ public enum APIErrorCode: String, Codable, Sendable, CaseIterable {
     /// Exhaustive on purpose: a new code forces a decision about its status.
     public var httpStatus: Int {
         switch self {
-        case .unauthorized, .invalidCredentials: 401
+        case .unauthorized, .invalidCredentials, .tokenExpired: 401
         case .invalidRequest, .invalidName, .invalidContainerID, .invalidItemID, .invalidDigest,
              .invalidCursor, .invalidXattr, .invalidDevice, .invalidTarget, .invalidMove, .notAFolder, .notAFile, .rootIsImmutable,
              .sizeMismatch, .kvKeyTooLong:

@@ -14,8 +14,9 @@ public enum ChangeStreamEvent: Sendable, Equatable {
 public enum RemoteError: Error, Sendable, Equatable {
     /// The server cannot be reached (refused, reset, timed out): retry later, we are offline.
     case unreachable(String)
-    /// The token is not (or no longer) valid.
-    case unauthorized
+    /// The token is not (or no longer) valid: expired, revoked, or its account removed (the
+    /// server's words).
+    case unauthorized(String)
     /// The protocol answered with an error code (409 conflicts carry the item as it is now).
     case refused(code: APIErrorCode, message: String, current: ItemMetadata?)
     /// Anything else unexpected (bad JSON from the server, 5xx).

@@ -29,18 +29,24 @@ public struct HealthResponse: Codable, Sendable {
 public struct TokenRequest: Codable, Sendable {
     public var user: String
     public var password: String
-    public init(user: String, password: String) {
+    /// What the client calls itself (a host name): shown in the account's list of tokens.
+    public var device: String?
+    public init(user: String, password: String, device: String? = nil) {
         self.user = user
         self.password = password
+        self.device = device
     }
 }
 
 public struct TokenResponse: Codable, Sendable {
     public var token: String
     public var account: String
-    public init(token: String, account: String) {
+    /// When the token ends unless it is used (each use moves this on): nanoseconds since the epoch.
+    public var expires: Timestamp
+    public init(token: String, account: String, expires: Timestamp) {
         self.token = token
         self.account = account
+        self.expires = expires
     }
 }
 

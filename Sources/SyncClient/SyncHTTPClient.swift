@@ -85,16 +85,26 @@ public final class SyncHTTPClient: Sendable {
     /// For one-off requests (login, health): the same fail-fast configuration.
     static let shared = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
 
-    /// Trades a password for a bearer token.
-    public static func login(server: String, user: String, password: String) async throws -> TokenResponse {
+    /// Trades a password for a bearer token. `device`: what this machine is called, shown in
+    /// the account's list of tokens.
+    public static func login(server: String, user: String, password: String, device: String? = nil) async throws -> TokenResponse {
         let client = Self.shared
         var request = HTTPClientRequest(url: ServerURL.requestBase(server) + APIPath.token)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
-        request.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(TokenRequest(user: user, password: password))))
+        request.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(TokenRequest(user: user, password: password, device: device))))
         let (status, body) = try await send(client, request)
         guard status == 201 else { throw error(status: status, body: body) }
         return try decode(TokenResponse.self, body)
+    }
+
+    /// Revokes `token` on the server: nothing can use it any more.
+    public static func logout(server: String, token: String) async throws {
+        var request = HTTPClientRequest(url: ServerURL.requestBase(server) + APIPath.token)
+        request.method = .DELETE
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        let (status, body) = try await send(Self.shared, request)
+        guard status == 204 else { throw error(status: status, body: body) }
     }
 
     public static func health(server: String) async throws -> HealthResponse {
@@ -161,8 +171,9 @@ public final class SyncHTTPClient: Sendable {
     }
 
     static func error(status: Int, body: ByteBuffer) -> RemoteError {
-        if status == 401 { return .unauthorized }
-        if let e = try? JSONDecoder().decode(APIErrorBody.self, from: Data(body.readableBytesView)) {
+        let answered = try? JSONDecoder().decode(APIErrorBody.self, from: Data(body.readableBytesView))
+        if status == 401 { return .unauthorized(answered?.error.message ?? "the server answered 401") }
+        if let e = answered {
             return .refused(code: e.error.code, message: e.error.message, current: e.error.current)
         }
         // A gateway that cannot reach the server: offline. Other 5xx answers: the server is

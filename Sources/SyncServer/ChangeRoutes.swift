@@ -21,7 +21,12 @@ extension SyncServer {
             let since = ChangeCursor(String(request.uri.queryParameters["since"] ?? "0"))
             // Checked now, while an error can still be a status code.
             let feed = try await c.follow(since: since)
-            return PushStream(feed: feed, keepAlive: configuration.keepAliveInterval).response()
+            let hash = AuthMiddleware.tokenHash(request) ?? ""
+            // The token is checked again as the stream goes on: one revoked or expired meanwhile
+            // ends it (within the auth cache's lifetime; a logout here at once).
+            return PushStream(feed: feed, keepAlive: configuration.keepAliveInterval) { [service, tokens] in
+                (try? await tokens.value(for: hash) { try await service.authenticate(tokenHash: hash) }) != nil
+            }.response()
         }
     }
 }

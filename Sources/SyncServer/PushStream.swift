@@ -14,10 +14,13 @@ import SyncService
 /// change as soon as it commits, and a `kv` event whenever the key-value version moved (read
 /// after the item changes at each wake-up: a burst of writes may come as one). Between changes
 /// an idle stream sends a comment line every `keepAlive`, so a vanished client is noticed at
-/// the next write.
+/// the next write. Before each wake-up's writes the caller's token is checked again
+/// (`stillAuthorized`): a stream whose token was revoked or expired ends, and its client's next
+/// request is refused.
 struct PushStream: Sendable {
     let feed: ChangeFollower
     let keepAlive: Duration
+    let stillAuthorized: @Sendable () async -> Bool
 
     enum Event: Sendable {
         case changed
@@ -47,6 +50,7 @@ struct PushStream: Sendable {
                     // Read after subscribing: a write that commits from here on wakes the stream.
                     var keyValues = try await sendKeyValueVersion(after: nil, to: &writer)
                     for await event in events {
+                        guard await stillAuthorized() else { break }
                         switch event {
                         case .changed:
                             cursor = try await sendChanges(after: cursor, to: &writer)

@@ -38,5 +38,8 @@ final class RecentAnswers<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         return value
     }
 
+    /// Drops the answer for `key`: it is known to be wrong now (a token revoked here).
+    func forget(_ key: Key) { _ = entries.withLock { $0.removeValue(forKey: key) } }
+
     var count: Int { entries.withLock { $0.count } }
 }

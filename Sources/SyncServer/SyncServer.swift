@@ -28,9 +28,19 @@ public struct SyncServerConfiguration: Sendable {
     /// past it 429 `rate_limited`. 0: no limit.
     public var shareFetchesPerMinute: Int
 
+    /// Failed logins one account may have a minute (an address: four times as many) before
+    /// further logins are refused with 429 `rate_limited` (`LoginThrottle`). 0: no limit.
+    public var loginFailuresPerMinute: Int
+
+    /// How long a token lives after its last use.
+    public var tokenLifetime: Duration
+
     public init(maxUploadBytes: Int64 = 64 << 30, maxJSONBytes: Int = 1 << 20, maxBatchBytes: Int = 4 << 20, keepAliveInterval: Duration = .seconds(15),
-                recentAnswers: Duration = .seconds(10), metricsOnOwnAddress: Bool = false, shareFetchesPerMinute: Int = 600) {
+                recentAnswers: Duration = .seconds(10), metricsOnOwnAddress: Bool = false, shareFetchesPerMinute: Int = 600,
+                loginFailuresPerMinute: Int = 5, tokenLifetime: Duration = TokenPolicy.defaultLifetime) {
         self.shareFetchesPerMinute = shareFetchesPerMinute
+        self.loginFailuresPerMinute = loginFailuresPerMinute
+        self.tokenLifetime = tokenLifetime
         self.recentAnswers = recentAnswers
         self.metricsOnOwnAddress = metricsOnOwnAddress
         self.maxBatchBytes = maxBatchBytes
@@ -53,6 +63,7 @@ public struct SyncServer: Sendable {
     /// notices within the same lifetime.
     let grants: RecentAnswers<GrantKey, Int64>
     let shareFetches: RateLimit
+    let logins: LoginThrottle
 
     struct GrantKey: Hashable, Sendable {
         let account: Int64
@@ -64,12 +75,14 @@ public struct SyncServer: Sendable {
     let metrics: PrometheusCollectorRegistry?
 
     public init(storage: ServerStorage, configuration: SyncServerConfiguration = .init(), hub: ChangeHub = ChangeHub(), metrics: PrometheusCollectorRegistry? = nil) {
-        self.service = SyncService(storage: storage, hub: hub, maxUploadBytes: configuration.maxUploadBytes)
+        self.service = SyncService(
+            storage: storage, hub: hub, maxUploadBytes: configuration.maxUploadBytes, tokens: TokenPolicy(lifetime: configuration.tokenLifetime))
         self.configuration = configuration
         self.metrics = metrics
         tokens = RecentAnswers(lifetime: configuration.recentAnswers)
         grants = RecentAnswers(lifetime: configuration.recentAnswers)
         shareFetches = RateLimit(perMinute: configuration.shareFetchesPerMinute)
+        logins = LoginThrottle(failuresPerMinute: configuration.loginFailuresPerMinute)
     }
 
     public func makeRouter() -> Router<ServerContext> {
@@ -77,7 +90,7 @@ public struct SyncServer: Sendable {
         // Outermost: it sees each answer as sent, refusals included.
         if metrics != nil { router.add(middleware: MetricsMiddleware()) }
         router.add(middleware: ErrorMiddleware())
-        router.add(middleware: AuthMiddleware(accounts: storage.accounts, recent: tokens))
+        router.add(middleware: AuthMiddleware(service: service, recent: tokens))
 
         router.get(RouterPath(APIPath.health)) { _, _ in try json(HealthResponse()) }
         addTokenRoutes(to: router)

@@ -14,28 +14,19 @@ public struct SyncService: Sendable {
     public let hub: ChangeHub
     /// The largest content upload accepted; larger ones are refused with `payload_too_large`.
     public let maxUploadBytes: Int64
+    /// How long tokens live.
+    public let tokens: TokenPolicy
     /// Shared by every copy of this value: uploads and collection take turns per blob.
     let blobGate = BlobGate()
 
-    public init(storage: ServerStorage, hub: ChangeHub = ChangeHub(), maxUploadBytes: Int64 = 64 << 30) {
+    public init(storage: ServerStorage, hub: ChangeHub = ChangeHub(), maxUploadBytes: Int64 = 64 << 30, tokens: TokenPolicy = TokenPolicy()) {
         self.storage = storage
         self.hub = hub
         self.maxUploadBytes = maxUploadBytes
+        self.tokens = tokens
     }
 
-    // MARK: Logins
-
-    /// A new bearer token for a user and password.
-    public func issueToken(user: String, password: String) async throws -> TokenResponse {
-        // The same answer for an unknown user and a wrong password: no account enumeration.
-        let found = try await storage.accounts.passwordHash(account: user)
-        // An unknown user costs the same scrypt as a wrong password: timing tells nothing either.
-        let verified = Credentials.verifyPassword(password, against: found?.1 ?? Credentials.decoyHash)
-        guard let (account, _) = found, verified else { throw APIError(.invalidCredentials, "unknown user or wrong password") }
-        let token = Credentials.newToken()
-        try await storage.accounts.addToken(hash: Credentials.hashToken(token), for: account, created: WallClock.now())
-        return TokenResponse(token: token, account: account.name)
-    }
+    // MARK: Accounts
 
     /// The caller's account and its identity.
     public func whoami(_ account: AccountRef) async throws -> WhoAmI {

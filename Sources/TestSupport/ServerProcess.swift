@@ -82,9 +82,12 @@ public final class ServerProcess: @unchecked Sendable {
         try await account(["remove", name])
     }
 
-    func account(_ arguments: [String], stdin: String? = nil) async throws {
+    /// `ubiq-server account ARGUMENTS` on this server's data folder; what it printed.
+    @discardableResult
+    public func account(_ arguments: [String], stdin: String? = nil) async throws -> String {
         let result = try await run(Binaries.path("ubiq-server"), ["account"] + arguments + ["--data", dataDirectory], stdin: stdin)
         guard result.status == 0 else { throw TestSupportError("account \(arguments[0]) failed: \(result.stderr)") }
+        return result.stdout
     }
 
     /// `kill -9`: no shutdown code runs.

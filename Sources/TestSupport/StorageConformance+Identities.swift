@@ -13,7 +13,7 @@ extension StorageConformance {
             let bobs = try await s.identity(of: bob)
             try expect(bobs != alice, "every account has its own")
             // Not derived from the name: the same name added again is another account.
-            try await s.removeAccount(name: "bob")
+            _ = try await s.removeAccount(name: "bob")
             try await expectStorageError("a removed account's", { if case .accountNotFound = $0 { true } else { false } }) {
                 try await s.identity(of: bob)
             }

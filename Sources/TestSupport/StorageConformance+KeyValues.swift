@@ -146,7 +146,7 @@ extension StorageConformance {
             try expect(try await f.keyValues(in: bobs).isEmpty, "bob's container of the same name has its own, empty store")
             _ = try await f.kv.setValue(Data("bob's".utf8), for: "a", in: bobs)
             try expect(try await f.keyValues() == [entry("a", 2, "2")], "alice's is untouched")
-            try await f.storage.accounts.removeAccount(name: "bob")
+            _ = try await f.storage.accounts.removeAccount(name: "bob")
             try await expectStorageError("a removed account's store", { if case .containerNotFound = $0 { true } else { false } }) {
                 try await f.kv.keyValues(in: bobs, since: 0)
             }

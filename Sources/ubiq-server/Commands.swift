@@ -9,6 +9,7 @@ import ServerStorage
 import ServiceLifecycle
 import SyncAPI
 import SyncServer
+import SyncService
 
 struct UbiqServer: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -133,6 +134,12 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .long, help: "Share fetches (/s/…) one client address may make a minute, in bursts of as many; more get 429. 0: no limit.")
     var shareRate: Int = 600
 
+    @Option(name: .long, help: "How long a login token lives after its last use: a number and s, m, h or d.")
+    var tokenLifetime: String = "90d"
+
+    @Option(name: .long, help: "Failed logins an account may have a minute (a client address: four times as many); then logins are refused with 429 for a while. 0: no limit.")
+    var loginFailures: Int = 5
+
     @Flag(name: .long, help: "Stop, as on SIGTERM, when standard input reaches its end: a parent that holds the other end of a pipe takes the server with it however it exits.")
     var exitWithStdin = false
 
@@ -144,6 +151,8 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--metrics-listen takes HOST:PORT or unix:PATH, as --listen does")
         }
         guard shareRate >= 0 else { throw ValidationError("--share-rate must be 0 (no limit) or more") }
+        guard loginFailures >= 0 else { throw ValidationError("--login-failures must be 0 (no limit) or more") }
+        guard DurationText.parse(tokenLifetime) != nil else { throw ValidationError("--token-lifetime takes a number and s, m, h or d (for example 90d), not '\(tokenLifetime)'") }
         guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level '\(logLevel)'") }
         guard (0...3600).contains(authCacheSeconds) else { throw ValidationError("--auth-cache-seconds must be 0 to 3600") }
@@ -173,7 +182,8 @@ struct Serve: AsyncParsableCommand {
             storage: storage,
             configuration: .init(
                 maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds), metricsOnOwnAddress: metricsAddress != nil,
-                shareFetchesPerMinute: shareRate),
+                shareFetchesPerMinute: shareRate, loginFailuresPerMinute: loginFailures,
+                tokenLifetime: DurationText.parse(tokenLifetime) ?? TokenPolicy.defaultLifetime),
             metrics: metrics)
         let watchStdin = exitWithStdin
         let app = server.makeApplication(address: address, logger: logger) { bound in
@@ -185,7 +195,7 @@ struct Serve: AsyncParsableCommand {
             if watchStdin { StandardInputWatch.start() }
         }
         let retention = VersionRetention(service: server.service, keep: DurationText.parse(keepVersions) ?? .seconds(30 * 86400), logger: logger)
-        var services: [any Service] = [app, retention]
+        var services: [any Service] = [app, retention, AccountCleanup(service: server.service, logger: logger)]
         if let metricsAddress {
             services.append(server.makeMetricsApplication(address: metricsAddress, logger: logger) { bound in
                 print("ubiq-server metrics on \(bound)")
@@ -227,7 +237,7 @@ enum StandardInputWatch {
 struct Account: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "account",
-        abstract: "Manage accounts.", subcommands: [Add.self, List.self, Remove.self])
+        abstract: "Manage accounts.", subcommands: [Add.self, List.self, Remove.self, Tokens.self, Revoke.self])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "add", abstract: "Create an account.")
@@ -257,14 +267,73 @@ struct Account: AsyncParsableCommand {
     }
 
     struct Remove: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "remove", abstract: "Remove an account with all its containers.")
+        static let configuration = CommandConfiguration(
+            commandName: "remove", abstract: "Remove an account with its containers, versions, shares and tokens, and the contents no other account holds.")
         @OptionGroup var data: DataOption
         @Argument var name: String
         func run() async throws {
-            try await data.openStorage().accounts.removeAccount(name: name)
-            print("removed account \(name)")
+            let storage = try data.openStorage()
+            let removal = try await storage.accounts.removeAccount(name: name)
+            var what = [
+                counted(removal.containers, "container"), counted(removal.items, "item"), counted(removal.earlierVersions, "earlier version"),
+                counted(removal.shares, "share"), counted(removal.tokens, "token"),
+            ].joined(separator: ", ")
+            let contents = "\(counted(removal.contents, "content")) (\(removal.contentBytes) bytes)"
+            // Only a process that holds the data folder knows every writer of the blob store:
+            // with a server running, the server deletes them (within seconds).
+            switch DataFolderLock.acquire(dataDirectory: data.directory) {
+            case .acquired:
+                _ = try await SyncService(storage: storage).deletePendingBlobs()
+                what += "; deleted \(contents)"
+            case .heldBy, .failed:
+                what += "; the running server deletes \(contents)"
+            }
+            print("removed account \(name): \(what)")
         }
     }
+
+    struct Tokens: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "tokens", abstract: "List an account's login tokens: ID, device, created, last use, expiry (UTC).")
+        @OptionGroup var data: DataOption
+        @Argument var name: String
+        func run() async throws {
+            let tokens = try await data.openStorage().accounts.tokens(ofAccount: name)
+            print(["ID", "DEVICE", "CREATED", "LAST USE", "EXPIRES"].joined(separator: "\t"))
+            for t in tokens {
+                print([t.id, t.device ?? "-", utc(t.created), utc(t.used), utc(t.expires)].joined(separator: "\t"))
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "revoke",
+            abstract: "Revoke login tokens of an account (IDs from `account tokens`), or all of them. A running server refuses them within --auth-cache-seconds.")
+        @OptionGroup var data: DataOption
+        @Argument var name: String
+        @Argument(help: "Token IDs.") var ids: [String] = []
+        @Flag(name: .long, help: "Revoke every token of the account.") var all = false
+
+        func validate() throws {
+            guard all != !ids.isEmpty else { throw ValidationError("name token IDs, or --all") }
+        }
+
+        func run() async throws {
+            let revoked = try await data.openStorage().accounts.revokeTokens(ofAccount: name, ids: all ? nil : Set(ids))
+            let missing = Set(ids).subtracting(revoked.map(\.id))
+            for t in revoked { print("revoked \(t.id) (\(t.device ?? "-"))") }
+            if !missing.isEmpty { throw Failure("\(name) has no token \(missing.sorted().joined(separator: ", "))") }
+        }
+    }
+}
+
+/// "1 item", "3 items".
+func counted(_ n: Int, _ noun: String) -> String { "\(n) \(noun)\(n == 1 ? "" : "s")" }
+
+/// A timestamp as `2026-11-28T04:20:00Z`.
+func utc(_ t: Timestamp) -> String {
+    Date(timeIntervalSince1970: Double(t) / 1e9).formatted(.iso8601)
 }
 
 func readPassword(stdin: Bool) throws -> String {

@@ -96,7 +96,11 @@ enum EmbeddedServer {
                     throw Failure("the embedded server did not start: \(lastLogFailure() ?? "no reason in its log") (see \(log))")
                 }
                 if started == nil {
-                    started = try Spawn.detached(executable: try serverBinary(), arguments: ["ubiq-server", "--data", dataDirectory, "--listen", url], log: log)
+                    // Only this user reaches its socket: the token guards nothing the folder's
+                    // mode does not, and an embedded mount left unused for months must still work.
+                    started = try Spawn.detached(
+                        executable: try serverBinary(), arguments: ["ubiq-server", "--data", dataDirectory, "--listen", url, "--token-lifetime", "36500d"],
+                        log: log)
                 }
             }
             try await Task.sleep(for: .milliseconds(20))

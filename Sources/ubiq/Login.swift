@@ -51,15 +51,37 @@ struct Login: AsyncParsableCommand {
         }
         let base = ServerURL.normalized(server) ?? server
         do {
-            let response = try await SyncHTTPClient.login(server: base, user: user, password: password)
+            let response = try await SyncHTTPClient.login(server: base, user: user, password: password, device: ProcessInfo.processInfo.hostName)
             try StoredLogin(server: base, user: response.account, token: response.token).save()
             print("logged in to \(base) as \(response.account)")
         } catch RemoteError.refused(_, let message, _) {
             throw Failure("login refused: \(message)")
-        } catch RemoteError.unauthorized {
-            throw Failure("login refused: unknown user or wrong password")
+        } catch RemoteError.unauthorized(let why) {
+            throw Failure("login refused: \(why)")
         } catch let error as RemoteError {
             throw Failure("cannot reach \(base): \(error)")
+        }
+    }
+}
+
+struct Logout: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "logout",
+        abstract: "Revoke this device's login token on its server and forget it. Running mounts keep their local changes and wait for `ubiq login`.")
+
+    func run() async throws {
+        guard let login = StoredLogin.load() else { throw Failure("not logged in") }
+        // Forgotten here first: whatever the server says, this device no longer holds it.
+        if unlink(Paths.loginFile) != 0 && errno != ENOENT {
+            throw Failure("cannot remove \(Paths.loginFile): \(String(cString: strerror(errno)))")
+        }
+        do {
+            try await SyncHTTPClient.logout(server: login.server, token: login.token)
+            print("logged out of \(login.server)")
+        } catch RemoteError.unauthorized {
+            print("logged out of \(login.server) (the server no longer knew the token)")
+        } catch let error as RemoteError {
+            throw Failure("forgot the login, but \(login.server) could not revoke the token (\(error)): it works until it expires, or `ubiq-server account revoke` ends it")
         }
     }
 }

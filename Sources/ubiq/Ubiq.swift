@@ -5,7 +5,7 @@ struct Ubiq: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ubiq",
         abstract: "Mount a ubiq cloud container as a directory and manage what is kept on this device.",
-        subcommands: [Mount.self, Unmount.self, Login.self, Status.self, Monitor.self, Download.self, Evict.self, Pin.self, Unpin.self, Versions.self, Resolve.self, Restore.self, Share.self, Unshare.self, Query.self, KeyValues.self, WhoAmICommand.self, Server.self])
+        subcommands: [Mount.self, Unmount.self, Login.self, Logout.self, Status.self, Monitor.self, Download.self, Evict.self, Pin.self, Unpin.self, Versions.self, Resolve.self, Restore.self, Share.self, Unshare.self, Query.self, KeyValues.self, WhoAmICommand.self, Server.self])
 
     static func runMain() async -> Int32 {
         do {
