@@ -13,7 +13,7 @@ enum AccountFolders {
     /// up offline too, and then the identity is checked when the server is reached.
     static func identity(_ configuration: MountConfiguration) async -> String? {
         let client = SyncHTTPClient(baseURL: configuration.serverURL, token: configuration.token, container: configuration.container,
-                                    requestDeadline: .seconds(3), freshToken: configuration.freshToken)
+                                    requestDeadline: .seconds(3), freshToken: configuration.freshToken, trust: configuration.trust)
         let identity = try? await client.whoami().identity
         await client.shutdown()
         return identity

@@ -35,6 +35,8 @@ public struct MountConfiguration: Sendable {
     /// An address this same server had before (the embedded server's, before it moved to a
     /// socket of its own): a cache kept under it is taken over, unsent changes and all.
     public var formerServerURL: String?
+    /// How the server's certificate is checked (`ServerTrust`).
+    public var trust = ServerTrust()
 
     public init(mountpoint: String, serverURL: String, token: String, account: String, container: ContainerID,
                 cacheDirectory: String, deviceName: String, cacheLimit: Int64?, logLevel: Logger.Level = .info, allowOther: Bool = false) {
@@ -121,7 +123,7 @@ public enum MountDaemon {
             try store.write { try $0.update(owned) }
         }
         let client = SyncHTTPClient(baseURL: configuration.serverURL, token: configuration.token, container: configuration.container,
-                                    freshToken: configuration.freshToken)
+                                    freshToken: configuration.freshToken, trust: configuration.trust)
         let events = EventFanOut()
         let mountBox = Mutex<FuseMount?>(nil)
         let listings = FolderListings()

@@ -4,6 +4,7 @@ import ItemModel
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 import SyncAPI
 import Synchronization
 
@@ -23,6 +24,8 @@ public final class SyncHTTPClient: Sendable {
     /// mount runs), or nil. The next request uses it, so a mount need not be restarted.
     let freshToken: (@Sendable () -> String?)?
     let http: HTTPClient
+    /// The authorities requests trust (`ServerTrust`); nil: the system's.
+    let tls: TLSConfiguration?
 
     /// Connect fails fast (2 s) so that an offline mount answers at once; reads may idle up to
     /// 60 s because the push stream sends a keep-alive every 15 s. Writes too: an upload whose
@@ -47,9 +50,10 @@ public final class SyncHTTPClient: Sendable {
 
     public init(
         baseURL: String, token: String, container: ContainerID, http: HTTPClient? = nil,
-        requestDeadline: TimeAmount = .seconds(60), freshToken: (@Sendable () -> String?)? = nil
+        requestDeadline: TimeAmount = .seconds(60), freshToken: (@Sendable () -> String?)? = nil, trust: ServerTrust = ServerTrust()
     ) {
         self.requestDeadline = requestDeadline
+        self.tls = trust.tlsConfiguration()
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.requestBase = ServerURL.requestBase(self.baseURL)
         self.tokenBox = Mutex(token)
@@ -87,9 +91,10 @@ public final class SyncHTTPClient: Sendable {
 
     /// Trades a password for a bearer token. `device`: what this machine is called, shown in
     /// the account's list of tokens.
-    public static func login(server: String, user: String, password: String, device: String? = nil) async throws -> TokenResponse {
+    public static func login(server: String, user: String, password: String, device: String? = nil, trust: ServerTrust = ServerTrust()) async throws -> TokenResponse {
         let client = Self.shared
         var request = HTTPClientRequest(url: ServerURL.requestBase(server) + APIPath.token)
+        request.tlsConfiguration = trust.tlsConfiguration()
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(TokenRequest(user: user, password: password, device: device))))
@@ -99,8 +104,9 @@ public final class SyncHTTPClient: Sendable {
     }
 
     /// Revokes `token` on the server: nothing can use it any more.
-    public static func logout(server: String, token: String) async throws {
+    public static func logout(server: String, token: String, trust: ServerTrust = ServerTrust()) async throws {
         var request = HTTPClientRequest(url: ServerURL.requestBase(server) + APIPath.token)
+        request.tlsConfiguration = trust.tlsConfiguration()
         request.method = .DELETE
         request.headers.add(name: "Authorization", value: "Bearer \(token)")
         let (status, body) = try await send(Self.shared, request)
@@ -118,6 +124,7 @@ public final class SyncHTTPClient: Sendable {
 
     func request(_ method: HTTPMethod, _ path: String) -> HTTPClientRequest {
         var r = HTTPClientRequest(url: requestBase + path)
+        r.tlsConfiguration = tls
         r.method = method
         r.headers.add(name: "Authorization", value: "Bearer \(token)")
         return r
@@ -151,8 +158,18 @@ public final class SyncHTTPClient: Sendable {
         } catch let error as RemoteError {
             throw error
         } catch {
-            throw RemoteError.unreachable(String(describing: error))
+            throw RemoteError.unreachable(Self.transportFailure(error))
         }
+    }
+
+    /// What a failure below HTTP says to a person. A certificate that is not trusted is named
+    /// as such: it is no network trouble, and waiting will not mend it.
+    static func transportFailure(_ error: Error) -> String {
+        if let tls = error as? NIOSSLError, case .handshakeFailed(let reasons) = tls {
+            return "the TLS handshake failed (the server's certificate is not trusted, or its name does not match): \(reasons)"
+        }
+        if error is NIOSSLError || error is NIOSSLExtraError { return "TLS: \(error)" }
+        return String(describing: error)
     }
 
     static func decode<T: Decodable>(_ type: T.Type, _ body: ByteBuffer) throws -> T {
@@ -288,7 +305,9 @@ public final class SyncHTTPClient: Sendable {
         var headers = HTTPHeaders([("Authorization", "Bearer \(token)")])
         if !range.isEmpty { headers.add(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)") }
         let request: HTTPClient.Request
-        do { request = try HTTPClient.Request(url: requestBase + APIPath.blob(digest), method: .GET, headers: headers) } catch {
+        do {
+            request = try HTTPClient.Request(url: requestBase + APIPath.blob(digest), method: .GET, headers: headers, tlsConfiguration: tls)
+        } catch {
             return { throw RemoteError.protocolError("cannot build a request: \(error)") }
         }
         let delegate = DownloadDelegate(range: range, receive: receive)
@@ -307,7 +326,7 @@ public final class SyncHTTPClient: Sendable {
                 // What `receive` threw (a full disk) is the cause; the transport's error only says
                 // the request was torn down because of it.
                 if let cause = delegate.receiveError { throw cause }
-                throw RemoteError.unreachable(String(describing: error))
+                throw RemoteError.unreachable(Self.transportFailure(error))
             }
         }
     }
@@ -320,7 +339,7 @@ public final class SyncHTTPClient: Sendable {
                 do {
                     let response: HTTPClientResponse
                     do { response = try await http.execute(r, deadline: .distantFuture) } catch {
-                        throw RemoteError.unreachable(String(describing: error))
+                        throw RemoteError.unreachable(Self.transportFailure(error))
                     }
                     let status = Int(response.status.code)
                     guard status == 200 else {

@@ -1,4 +1,6 @@
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
 import Logging
 import NIOCore
 import ServiceLifecycle
@@ -36,10 +38,11 @@ extension SyncServer {
     /// The runnable server: the router on `address`. `onListening` gets the address as bound
     /// (with the port chosen when asked for port 0). Run it with `runService()` or inside a
     /// `ServiceGroup`.
+    /// `tls`: serve HTTPS with these certificates.
     public func makeApplication(
-        address: ListenAddress, logger: Logger, onListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in }
-    ) -> some ApplicationProtocol {
-        Self.application(router: makeRouter(), address: address, logger: logger, onListening: onListening)
+        address: ListenAddress, tls: TLSCertificates? = nil, logger: Logger, onListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in }
+    ) throws -> some ApplicationProtocol {
+        try Self.application(router: makeRouter(), address: address, tls: tls, logger: logger, onListening: onListening)
     }
 
     /// `/metrics` alone, on an address of its own (`ubiq-server --metrics-listen`): the API may
@@ -47,22 +50,25 @@ extension SyncServer {
     /// no such route.
     public func makeMetricsApplication(
         address: ListenAddress, logger: Logger, onListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in }
-    ) -> some ApplicationProtocol {
+    ) throws -> some ApplicationProtocol {
         let router = Router(context: ServerContext.self)
         addMetricsRoute(to: router)
-        return Self.application(router: router, address: address, logger: logger, onListening: onListening)
+        return try Self.application(router: router, address: address, tls: nil, logger: logger, onListening: onListening)
     }
 
     static func application(
-        router: Router<ServerContext>, address: ListenAddress, logger: Logger, onListening: @escaping @Sendable (ListenAddress) async -> Void
-    ) -> some ApplicationProtocol {
+        router: Router<ServerContext>, address: ListenAddress, tls: TLSCertificates?, logger: Logger,
+        onListening: @escaping @Sendable (ListenAddress) async -> Void
+    ) throws -> some ApplicationProtocol {
         let bind: BindAddress
         switch address {
         case .tcp(let host, let port): bind = .hostname(host, port: port)
         case .unixSocket(let path): bind = .unixDomainSocket(path: path)
         }
+        let http1 = HTTPServerBuilder.http1()
         return Application(
             router: router,
+            server: try tls.map { try .tls(http1, tlsConfiguration: $0.serverConfiguration()) } ?? http1,
             configuration: .init(address: bind, serverName: "ubiq-server"),
             onServerRunning: { channel in
                 if case .tcp(let host, let port) = address {

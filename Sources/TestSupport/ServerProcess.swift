@@ -16,7 +16,8 @@ public final class ServerProcess: @unchecked Sendable {
     /// so a test run that crashes or is killed leaves no server behind.
     private var lifeline: FileHandle
 
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
+    /// `https://` when the server was started with `--tls-cert`.
+    public var baseURL: String { "\(extraArguments.contains("--tls-cert") ? "https" : "http")://127.0.0.1:\(port)" }
 
     public static func start(extraArguments: [String] = []) async throws -> ServerProcess {
         let work = try TempDirectory("ubiq-server")
@@ -117,6 +118,7 @@ public final class ServerProcess: @unchecked Sendable {
     }
 
     public var isRunning: Bool { process.stillRunning }
+    public var pid: Int32 { process.processIdentifier }
     public var terminationStatus: Int32 { process.endStatus }
 
     /// Closes this process's end of the server's standard input, as the kernel does when a

@@ -37,14 +37,14 @@ public final class TestDevice: @unchecked Sendable {
     /// example a small tmpfs). `through` is another address of the server (a relay), for both.
     public static func mount(
         _ name: String, server: ServerProcess, through url: String? = nil, user: String, password: String,
-        extraArguments: [String] = [], prepare: ((TestDevice) async throws -> Void)? = nil
+        extraArguments: [String] = [], loginArguments: [String] = [], prepare: ((TestDevice) async throws -> Void)? = nil
     ) async throws -> TestDevice {
         let serverURL = url ?? server.baseURL
         let device = TestDevice(name: name, home: try TempDirectory("ubiq-device-\(name)"), serverURL: serverURL, extraArguments: extraArguments)
         try FileManager.default.createDirectory(atPath: device.mountpoint, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: device.cache, withIntermediateDirectories: true)
         if let prepare { try await prepare(device) }
-        let login = try await device.ubiq(["login", "--server", serverURL, "--user", user, "--password-stdin"], stdin: password + "\n")
+        let login = try await device.ubiq(["login", "--server", serverURL, "--user", user, "--password-stdin"] + loginArguments, stdin: password + "\n")
         guard login.status == 0 else { throw TestSupportError("login failed: \(login.stderr)") }
         try await device.mountAgain()
         return device
@@ -175,9 +175,10 @@ public final class TestDevice: @unchecked Sendable {
 /// Mounts one more device on a running server for `body`, and always unmounts and removes it.
 public func withMountedDevice<T>(
     _ name: String, server: ServerProcess, through url: String? = nil, user: String = "alice", password: String = "alice-pw",
-    extraArguments: [String] = [], _ body: (TestDevice) async throws -> T
+    extraArguments: [String] = [], loginArguments: [String] = [], _ body: (TestDevice) async throws -> T
 ) async throws -> T {
-    let device = try await TestDevice.mount(name, server: server, through: url, user: user, password: password, extraArguments: extraArguments)
+    let device = try await TestDevice.mount(
+        name, server: server, through: url, user: user, password: password, extraArguments: extraArguments, loginArguments: loginArguments)
     do {
         let result = try await body(device)
         await device.unmount()

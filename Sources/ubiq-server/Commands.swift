@@ -7,6 +7,7 @@ import Metrics
 import Prometheus
 import ServerStorage
 import ServiceLifecycle
+import UnixSignals
 import SyncAPI
 import SyncServer
 import SyncService
@@ -137,6 +138,12 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .long, help: "How long a login token lives after its last use: a number and s, m, h or d.")
     var tokenLifetime: String = "90d"
 
+    @Option(name: .long, help: "Serve HTTPS with this certificate chain (PEM, the server's certificate first); read again on SIGHUP.")
+    var tlsCert: String?
+
+    @Option(name: .long, help: "The private key (PEM) of --tls-cert.")
+    var tlsKey: String?
+
     @Option(name: .long, help: "Failed logins an account may have a minute (a client address: four times as many); then logins are refused with 429 for a while. 0: no limit.")
     var loginFailures: Int = 5
 
@@ -151,6 +158,7 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--metrics-listen takes HOST:PORT or unix:PATH, as --listen does")
         }
         guard shareRate >= 0 else { throw ValidationError("--share-rate must be 0 (no limit) or more") }
+        guard (tlsCert == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
         guard loginFailures >= 0 else { throw ValidationError("--login-failures must be 0 (no limit) or more") }
         guard DurationText.parse(tokenLifetime) != nil else { throw ValidationError("--token-lifetime takes a number and s, m, h or d (for example 90d), not '\(tokenLifetime)'") }
         guard maxUploadBytes > 0 else { throw ValidationError("--max-upload-bytes must be positive") }
@@ -172,6 +180,12 @@ struct Serve: AsyncParsableCommand {
             throw Failure("cannot lock the data folder \(data.directory): \(String(cString: strerror(code)))")
         }
         let storage = try data.openStorage()
+        let tls: TLSCertificates?
+        do {
+            tls = try tlsCert.map { try TLSCertificates(certificateFile: $0, keyFile: tlsKey ?? "") }
+        } catch {
+            throw Failure("cannot use --tls-cert \(tlsCert ?? "") with --tls-key \(tlsKey ?? ""): \(error)")
+        }
         // A socket is made with the process's umask: only its user may connect to it (0700).
         if case .unixSocket = address { umask(0o077) }
         // The process's metrics, served at /metrics.
@@ -186,7 +200,7 @@ struct Serve: AsyncParsableCommand {
                 tokenLifetime: DurationText.parse(tokenLifetime) ?? TokenPolicy.defaultLifetime),
             metrics: metrics)
         let watchStdin = exitWithStdin
-        let app = server.makeApplication(address: address, logger: logger) { bound in
+        let app = try server.makeApplication(address: address, tls: tls, logger: logger) { bound in
             // Tests and scripts wait for this line (and read the port from it when listening on 0).
             print("ubiq-server listening on \(bound)")
             fflush(nil)
@@ -196,8 +210,9 @@ struct Serve: AsyncParsableCommand {
         }
         let retention = VersionRetention(service: server.service, keep: DurationText.parse(keepVersions) ?? .seconds(30 * 86400), logger: logger)
         var services: [any Service] = [app, retention, AccountCleanup(service: server.service, logger: logger)]
+        if let tls { services.append(CertificateReload(certificates: tls, logger: logger)) }
         if let metricsAddress {
-            services.append(server.makeMetricsApplication(address: metricsAddress, logger: logger) { bound in
+            services.append(try server.makeMetricsApplication(address: metricsAddress, logger: logger) { bound in
                 print("ubiq-server metrics on \(bound)")
                 fflush(nil)
             })
@@ -213,6 +228,29 @@ struct Serve: AsyncParsableCommand {
             try await group.run()
         } catch {
             throw Failure("cannot serve on \(listen): \(error)")
+        }
+    }
+}
+
+/// Reads the TLS certificate and key again on each SIGHUP (`TLSCertificates.reload`).
+struct CertificateReload: Service {
+    let certificates: TLSCertificates
+    let logger: Logger
+
+    func run() async throws {
+        let signals = await UnixSignalsSequence(trapping: .sighup)
+        try await cancelWhenGracefulShutdown {
+            for await _ in signals {
+                do {
+                    try certificates.reload()
+                    logger.notice("TLS certificate read again", metadata: ["file": "\(certificates.certificateFile)"])
+                    // Scripts that renew the certificate wait for this line.
+                    print("ubiq-server reloaded \(certificates.certificateFile)")
+                    fflush(nil)
+                } catch {
+                    logger.error("cannot read the TLS certificate again; the one in use stays", metadata: ["error": "\(error)"])
+                }
+            }
         }
     }
 }

@@ -139,7 +139,7 @@ struct WhoAmICommand: AsyncParsableCommand {
             do { report = try await control.get(ControlPath.whoami) } catch { throw Failure("the daemon of \(mountpoint) does not answer: \(error)") }
         } else {
             guard let login = StoredLogin.load() else { throw Failure("not inside a ubiq mount and not logged in: run it in a mount, or `ubiq login` first") }
-            let client = SyncHTTPClient(baseURL: login.server, token: login.token, container: .default)
+            let client = SyncHTTPClient(baseURL: login.server, token: login.token, container: .default, trust: login.trust ?? ServerTrust())
             defer { Task { await client.shutdown() } }
             do {
                 let answer = try await client.whoami()

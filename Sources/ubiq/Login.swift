@@ -8,6 +8,8 @@ struct StoredLogin: Codable {
     var server: String
     var user: String
     var token: String
+    /// How the server's certificate is checked; absent in logins stored before it existed.
+    var trust: ServerTrust?
 
     static func load() -> StoredLogin? {
         guard let data = FileManager.default.contents(atPath: Paths.loginFile) else { return nil }
@@ -28,15 +30,31 @@ struct StoredLogin: Codable {
     }
 }
 
+/// `--ca-file` and `--insecure`, as `ubiq login` and `ubiq mount` take them.
+struct TrustOptions: ParsableArguments {
+    @Option(help: "PEM file of the certificate authorities to trust for the server, instead of the system's (a private CA).") var caFile: String?
+    @Flag(help: "Allow plain http:// to a server on another machine: the password and files cross the network unencrypted.") var insecure = false
+
+    var value: ServerTrust { ServerTrust(caFile: caFile.map(Paths.absolute), insecure: insecure) }
+    var given: Bool { caFile != nil || insecure }
+
+    /// A usage error (exit 2) with the one line `ServerTrust` gives.
+    func check(_ server: String) throws {
+        if let why = value.refusal(of: server) { throw ValidationError(why) }
+    }
+}
+
 struct Login: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "login", abstract: "Log in to a sync server and store the token for later mounts.")
 
     @Option(help: "The server's URL, for example http://127.0.0.1:8420, or unix:PATH for a server on a Unix socket.") var server: String
     @Option(help: "Account name.") var user: String
     @Flag(help: "Read the password from the first line of standard input.") var passwordStdin = false
+    @OptionGroup var trust: TrustOptions
 
     func validate() throws {
-        guard ServerURL.normalized(server) != nil else { throw ValidationError(ServerURL.usage) }
+        guard let base = ServerURL.normalized(server) else { throw ValidationError(ServerURL.usage) }
+        try trust.check(base)
     }
 
     func run() async throws {
@@ -51,8 +69,9 @@ struct Login: AsyncParsableCommand {
         }
         let base = ServerURL.normalized(server) ?? server
         do {
-            let response = try await SyncHTTPClient.login(server: base, user: user, password: password, device: ProcessInfo.processInfo.hostName)
-            try StoredLogin(server: base, user: response.account, token: response.token).save()
+            let response = try await SyncHTTPClient.login(
+                server: base, user: user, password: password, device: ProcessInfo.processInfo.hostName, trust: trust.value)
+            try StoredLogin(server: base, user: response.account, token: response.token, trust: trust.value).save()
             print("logged in to \(base) as \(response.account)")
         } catch RemoteError.refused(_, let message, _) {
             throw Failure("login refused: \(message)")
@@ -76,7 +95,7 @@ struct Logout: AsyncParsableCommand {
             throw Failure("cannot remove \(Paths.loginFile): \(String(cString: strerror(errno)))")
         }
         do {
-            try await SyncHTTPClient.logout(server: login.server, token: login.token)
+            try await SyncHTTPClient.logout(server: login.server, token: login.token, trust: login.trust ?? ServerTrust())
             print("logged out of \(login.server)")
         } catch RemoteError.unauthorized {
             print("logged out of \(login.server) (the server no longer knew the token)")

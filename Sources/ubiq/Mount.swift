@@ -23,6 +23,7 @@ struct Mount: AsyncParsableCommand {
     @Flag(help: "Let other users use the mount (needs root or user_allow_other in /etc/fuse.conf); file modes still apply.") var allowOther = false
     @Option(help: "Log level.") var logLevel: String = "info"
     @Option(help: "Size at which the log file (daemon.log in the cache folder) is set aside as daemon.log.1, e.g. 10M; three are kept.") var logSize: String = "10M"
+    @OptionGroup var trust: TrustOptions
 
     func validate() throws {
         if let cacheSize, ByteCount.parse(cacheSize) == nil { throw ValidationError("--cache-size takes a size such as 500M or 10G") }
@@ -37,6 +38,9 @@ struct Mount: AsyncParsableCommand {
         try checkMountpoint(target)
         if allowOther { try checkOthersMayBeAllowed() }
         let login = try await resolveLogin()
+        // What the login decided, unless this command says otherwise.
+        let trust = self.trust.given ? self.trust.value : (login.trust ?? ServerTrust())
+        if let why = trust.refusal(of: login.server) { throw ValidationError(why) }
         let cacheDir = cache.map(Paths.absolute) ?? (Paths.cache + "/mounts/" + ContentDigest.of(Array(target.utf8)).hex.prefix(16))
         var config = MountConfiguration(
             mountpoint: target, serverURL: login.server, token: login.token, account: login.user,
@@ -50,6 +54,7 @@ struct Mount: AsyncParsableCommand {
             StoredLogin.load().flatMap { $0.server == server && $0.user == user ? $0.token : nil }
         }
         if login.server == EmbeddedServer.url { config.formerServerURL = EmbeddedServer.formerURL }
+        config.trust = trust
         if foreground {
             do {
                 try await MountDaemon.run(config) { print("mounted \(target)"); fflush(nil) }
