@@ -167,8 +167,9 @@ let package = Package(
         .testTarget(
             name: "SyncServerTests",
             dependencies: [
-                "TestSupport", "SyncAPI", "ItemModel", "SyncServer",
+                "TestSupport", "SyncAPI", "ItemModel", "SyncServer", "ServerStorage",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
