@@ -22,11 +22,13 @@ public enum RemoteError: Error, Sendable, Equatable {
     /// Anything else unexpected (bad JSON from the server, 5xx).
     case protocolError(String)
 
-    /// The server cannot be used now (unreachable, or the token refused until `ubiq login`):
-    /// work waits for the connection instead of failing.
+    /// The server cannot be used now (unreachable, the token refused until `ubiq login`, or
+    /// this account's requests past the server's rate): work waits for the connection instead
+    /// of failing.
     public var meansOffline: Bool {
         switch self {
         case .unreachable, .unauthorized: true
+        case .refused(.rateLimited, _, _): true
         case .refused, .protocolError: false
         }
     }

@@ -42,7 +42,7 @@ extension SyncServer {
     public func makeApplication(
         address: ListenAddress, tls: TLSCertificates? = nil, logger: Logger, onListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
-        try Self.application(router: makeRouter(), address: address, tls: tls, logger: logger, onListening: onListening)
+        try Self.application(router: makeRouter(), address: address, tls: tls, limits: configuration.connections, logger: logger, onListening: onListening)
     }
 
     /// `/metrics` alone, on an address of its own (`ubiq-server --metrics-listen`): the API may
@@ -53,11 +53,11 @@ extension SyncServer {
     ) throws -> some ApplicationProtocol {
         let router = Router(context: ServerContext.self)
         addMetricsRoute(to: router)
-        return try Self.application(router: router, address: address, tls: nil, logger: logger, onListening: onListening)
+        return try Self.application(router: router, address: address, tls: nil, limits: configuration.connections, logger: logger, onListening: onListening)
     }
 
     static func application(
-        router: Router<ServerContext>, address: ListenAddress, tls: TLSCertificates?, logger: Logger,
+        router: Router<ServerContext>, address: ListenAddress, tls: TLSCertificates?, limits: ConnectionLimits, logger: Logger,
         onListening: @escaping @Sendable (ListenAddress) async -> Void
     ) throws -> some ApplicationProtocol {
         let bind: BindAddress
@@ -65,11 +65,16 @@ extension SyncServer {
         case .tcp(let host, let port): bind = .hostname(host, port: port)
         case .unixSocket(let path): bind = .unixDomainSocket(path: path)
         }
-        let http1 = HTTPServerBuilder.http1()
+        let writeTimeout = TimeAmount(limits.writeTimeout)
+        let http1 = HTTPServerBuilder.http1(configuration: .init(
+            additionalChannelHandlers: [StalledWriteTimeout(limit: writeTimeout)],
+            idleTimeout: TimeAmount(limits.idleTimeout),
+            httpDecoderConfiguration: .init(maxHeaderFieldSize: limits.maxHeaderBytes, maxHeaderListSize: limits.maxHeaderBytes, maxHeaderFieldCount: 200)))
         return Application(
             router: router,
             server: try tls.map { try .tls(http1, tlsConfiguration: $0.serverConfiguration()) } ?? http1,
-            configuration: .init(address: bind, serverName: "ubiq-server"),
+            configuration: .init(
+                address: bind, serverName: "ubiq-server", availableConnectionsDelegate: MaximumAvailableConnections(limits.maxConnections)),
             onServerRunning: { channel in
                 if case .tcp(let host, let port) = address {
                     await onListening(.tcp(host: host, port: channel.localAddress?.port ?? port))

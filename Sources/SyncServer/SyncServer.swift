@@ -35,9 +35,19 @@ public struct SyncServerConfiguration: Sendable {
     /// How long a token lives after its last use.
     public var tokenLifetime: Duration
 
+    /// What one client may hold: see `ConnectionLimits`.
+    public var connections: ConnectionLimits
+
+    /// Requests one account may make a minute, in bursts of as many; past it 429
+    /// `rate_limited`. 0: no limit.
+    public var accountRequestsPerMinute: Int
+
     public init(maxUploadBytes: Int64 = 64 << 30, maxJSONBytes: Int = 1 << 20, maxBatchBytes: Int = 4 << 20, keepAliveInterval: Duration = .seconds(15),
                 recentAnswers: Duration = .seconds(10), metricsOnOwnAddress: Bool = false, shareFetchesPerMinute: Int = 600,
-                loginFailuresPerMinute: Int = 5, tokenLifetime: Duration = TokenPolicy.defaultLifetime) {
+                loginFailuresPerMinute: Int = 5, tokenLifetime: Duration = TokenPolicy.defaultLifetime,
+                connections: ConnectionLimits = ConnectionLimits(), accountRequestsPerMinute: Int = 0) {
+        self.connections = connections
+        self.accountRequestsPerMinute = accountRequestsPerMinute
         self.shareFetchesPerMinute = shareFetchesPerMinute
         self.loginFailuresPerMinute = loginFailuresPerMinute
         self.tokenLifetime = tokenLifetime
@@ -47,6 +57,27 @@ public struct SyncServerConfiguration: Sendable {
         self.maxUploadBytes = maxUploadBytes
         self.maxJSONBytes = maxJSONBytes
         self.keepAliveInterval = keepAliveInterval
+    }
+}
+
+/// Limits on connections, so that no client holds the server's resources for ever.
+public struct ConnectionLimits: Sendable {
+    /// Connections open at once; past it new ones wait in the listen backlog.
+    public var maxConnections: Int
+    /// The bytes of a request's header lines together (431 past it).
+    public var maxHeaderBytes: Int
+    /// A connection with no request, or a request whose head or body stops arriving, is closed
+    /// after this long. An answer being sent (a download, a push stream) does not count.
+    public var idleTimeout: Duration
+    /// A connection whose client stops reading an answer is closed once it could not be
+    /// written to for this long (`StalledWriteTimeout`).
+    public var writeTimeout: Duration
+
+    public init(maxConnections: Int = 2048, maxHeaderBytes: Int = 16 << 10, idleTimeout: Duration = .seconds(120), writeTimeout: Duration = .seconds(120)) {
+        self.maxConnections = maxConnections
+        self.maxHeaderBytes = maxHeaderBytes
+        self.idleTimeout = idleTimeout
+        self.writeTimeout = writeTimeout
     }
 }
 
@@ -64,6 +95,7 @@ public struct SyncServer: Sendable {
     let grants: RecentAnswers<GrantKey, Int64>
     let shareFetches: RateLimit
     let logins: LoginThrottle
+    let accountRequests: RateLimit
 
     struct GrantKey: Hashable, Sendable {
         let account: Int64
@@ -83,6 +115,7 @@ public struct SyncServer: Sendable {
         grants = RecentAnswers(lifetime: configuration.recentAnswers)
         shareFetches = RateLimit(perMinute: configuration.shareFetchesPerMinute)
         logins = LoginThrottle(failuresPerMinute: configuration.loginFailuresPerMinute)
+        accountRequests = RateLimit(perMinute: configuration.accountRequestsPerMinute)
     }
 
     public func makeRouter() -> Router<ServerContext> {
@@ -91,6 +124,7 @@ public struct SyncServer: Sendable {
         if metrics != nil { router.add(middleware: MetricsMiddleware()) }
         router.add(middleware: ErrorMiddleware())
         router.add(middleware: AuthMiddleware(service: service, recent: tokens))
+        router.add(middleware: AccountRateMiddleware(limit: accountRequests))
 
         router.get(RouterPath(APIPath.health)) { _, _ in try json(HealthResponse()) }
         addTokenRoutes(to: router)

@@ -138,6 +138,24 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .long, help: "How long a login token lives after its last use: a number and s, m, h or d.")
     var tokenLifetime: String = "90d"
 
+    @Option(name: .long, help: "Largest JSON request body, in bytes (a batch of creates may be four times as large).")
+    var maxJsonBytes: Int = 1 << 20
+
+    @Option(name: .long, help: "Largest request head (its header lines together), in bytes; past it 431.")
+    var maxHeaderBytes: Int = 16 << 10
+
+    @Option(name: .long, help: "Connections open at once; more wait in the listen backlog.")
+    var maxConnections: Int = 2048
+
+    @Option(name: .long, help: "Close a connection idle this long, or whose request stops arriving for this long: a number and s, m, h or d.")
+    var idleTimeout: String = "120s"
+
+    @Option(name: .long, help: "Close a connection whose client has not read a byte of its answer for this long: a number and s, m, h or d.")
+    var writeTimeout: String = "120s"
+
+    @Option(name: .long, help: "Requests one account may make a minute, in bursts of as many; more get 429. 0: no limit.")
+    var accountRate: Int = 0
+
     @Option(name: .long, help: "Serve HTTPS with this certificate chain (PEM, the server's certificate first); read again on SIGHUP.")
     var tlsCert: String?
 
@@ -158,6 +176,15 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--metrics-listen takes HOST:PORT or unix:PATH, as --listen does")
         }
         guard shareRate >= 0 else { throw ValidationError("--share-rate must be 0 (no limit) or more") }
+        guard maxJsonBytes >= 1024 else { throw ValidationError("--max-json-bytes must be at least 1024") }
+        guard maxHeaderBytes >= 1024 else { throw ValidationError("--max-header-bytes must be at least 1024") }
+        guard maxConnections >= 1 else { throw ValidationError("--max-connections must be at least 1") }
+        guard accountRate >= 0 else { throw ValidationError("--account-rate must be 0 (no limit) or more") }
+        for (name, value) in [("--idle-timeout", idleTimeout), ("--write-timeout", writeTimeout)] {
+            guard let d = DurationText.parse(value), d >= .seconds(1) else {
+                throw ValidationError("\(name) takes a number and s, m, h or d of at least 1s (for example 120s), not '\(value)'")
+            }
+        }
         guard (tlsCert == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
         guard loginFailures >= 0 else { throw ValidationError("--login-failures must be 0 (no limit) or more") }
         guard DurationText.parse(tokenLifetime) != nil else { throw ValidationError("--token-lifetime takes a number and s, m, h or d (for example 90d), not '\(tokenLifetime)'") }
@@ -195,9 +222,14 @@ struct Serve: AsyncParsableCommand {
         let server = SyncServer(
             storage: storage,
             configuration: .init(
-                maxUploadBytes: maxUploadBytes, recentAnswers: .seconds(authCacheSeconds), metricsOnOwnAddress: metricsAddress != nil,
+                maxUploadBytes: maxUploadBytes, maxJSONBytes: maxJsonBytes, maxBatchBytes: 4 * maxJsonBytes,
+                recentAnswers: .seconds(authCacheSeconds), metricsOnOwnAddress: metricsAddress != nil,
                 shareFetchesPerMinute: shareRate, loginFailuresPerMinute: loginFailures,
-                tokenLifetime: DurationText.parse(tokenLifetime) ?? TokenPolicy.defaultLifetime),
+                tokenLifetime: DurationText.parse(tokenLifetime) ?? TokenPolicy.defaultLifetime,
+                connections: ConnectionLimits(
+                    maxConnections: maxConnections, maxHeaderBytes: maxHeaderBytes,
+                    idleTimeout: DurationText.parse(idleTimeout) ?? .seconds(120), writeTimeout: DurationText.parse(writeTimeout) ?? .seconds(120)),
+                accountRequestsPerMinute: accountRate),
             metrics: metrics)
         let watchStdin = exitWithStdin
         let app = try server.makeApplication(address: address, tls: tls, logger: logger) { bound in

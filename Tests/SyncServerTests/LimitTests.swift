@@ -1,0 +1,139 @@
+import Foundation
+import ItemModel
+import SyncAPI
+import TestSupport
+import Testing
+
+/// What one client may hold: a real server with small limits, and clients over raw sockets
+/// that send too much, too slowly, or stop reading.
+@Suite struct LimitTests {
+    /// A TCP connection to the server, written and read by hand.
+    final class RawConnection {
+        let fd: Int32
+
+        init(port: Int, receiveBuffer: Int32? = nil) throws {
+            fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard fd >= 0 else { throw TestSupportError("socket: errno \(errno)") }
+            if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard connected == 0 else { throw TestSupportError("connect: errno \(errno)") }
+        }
+
+        deinit { close(fd) }
+
+        func write(_ text: String) {
+            let bytes = Array(text.utf8)
+            _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        }
+
+        /// What arrives within `wait` (nil: the server closed the connection, after `received`).
+        func read(within wait: Duration) -> (text: String, closed: Bool) {
+            var collected: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            let deadline = ContinuousClock.now + wait
+            while ContinuousClock.now < deadline {
+                var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                guard poll(&poller, 1, 100) > 0 else { continue }
+                let n = recv(fd, &buffer, buffer.count, 0)
+                if n <= 0 { return (String(decoding: collected, as: UTF8.self), true) }
+                collected += buffer[0..<n]
+            }
+            return (String(decoding: collected, as: UTF8.self), false)
+        }
+
+        /// Bytes read until the server closes the connection, or nil past `wait`.
+        func drain(within wait: Duration) -> Int? {
+            var total = 0
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            let deadline = ContinuousClock.now + wait
+            while ContinuousClock.now < deadline {
+                var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                guard poll(&poller, 1, 100) > 0 else { continue }
+                let n = recv(fd, &buffer, buffer.count, 0)
+                if n <= 0 { return total }
+                total += n
+            }
+            return nil
+        }
+    }
+
+    @Test func aRequestHeadPastTheLimitIsRefused() async throws {
+        try await withServer(extraArguments: ["--max-header-bytes", "2048"]) { server in
+            let small = try RawConnection(port: server.port)
+            small.write("GET /health HTTP/1.1\r\nHost: x\r\nX-Fill: \(String(repeating: "a", count: 1000))\r\nConnection: close\r\n\r\n")
+            #expect(small.read(within: .seconds(10)).text.hasPrefix("HTTP/1.1 200"))
+            let large = try RawConnection(port: server.port)
+            large.write("GET /health HTTP/1.1\r\nHost: x\r\nX-Fill: \(String(repeating: "a", count: 4000))\r\nConnection: close\r\n\r\n")
+            let answer = large.read(within: .seconds(10))
+            #expect(answer.closed && !answer.text.hasPrefix("HTTP/1.1 200"), "\(answer.text.prefix(200))")
+        }
+    }
+
+    @Test func aClientThatSendsItsRequestTooSlowlyIsCutOff() async throws {
+        try await withServer(extraArguments: ["--idle-timeout", "2s"]) { server in
+            // A head that never ends, one byte at a time (each byte within the limit).
+            let slow = try RawConnection(port: server.port)
+            let start = ContinuousClock.now
+            slow.write("GET /health HTTP/1.1\r\n")
+            var closed = false
+            for byte in String(repeating: "X-Slow: drip\r\n", count: 40) {
+                slow.write(String(byte))
+                if slow.read(within: .milliseconds(500)).closed { closed = true; break }
+            }
+            #expect(closed, "the connection is closed though bytes kept coming")
+            #expect(ContinuousClock.now - start < .seconds(15))
+            // Idle between requests: closed too; an answered request is not cut.
+            let idle = try RawConnection(port: server.port)
+            idle.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            let answered = idle.read(within: .seconds(10))
+            #expect(answered.text.hasPrefix("HTTP/1.1 200") && answered.closed, "\(answered)")
+        }
+    }
+
+    @Test func aClientThatStopsReadingADownloadIsCutOff() async throws {
+        try await withServer(extraArguments: ["--write-timeout", "2s"]) { server in
+            try await server.addAccount("alice", password: "alice-pw")
+            let alice = try await TestHTTP(baseURL: server.baseURL).login("alice", "alice-pw")
+            let size = 64 << 20
+            let digest = try await alice.uploadBlob(Data(count: size))
+            let reader = try RawConnection(port: server.port, receiveBuffer: 4096)
+            reader.write("GET \(APIPath.blob(digest)) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(alice.token!)\r\n\r\n")
+            // It reads nothing for longer than the limit, then all there is.
+            try await Task.sleep(for: .seconds(6))
+            let read = reader.drain(within: .seconds(20))
+            #expect(read != nil, "the server closed the connection")
+            #expect((read ?? size) < size, "only what the buffers held before it stopped: \(read ?? -1) of \(size)")
+            // A client that reads gets it all.
+            #expect(try await alice.send(.GET, APIPath.blob(digest)).body.count == size)
+        }
+    }
+
+    @Test func connectionsPastTheLimitWaitForOneToClose() async throws {
+        try await withServer(extraArguments: ["--max-connections", "2"]) { server in
+            let held = try [RawConnection(port: server.port), RawConnection(port: server.port)]
+            for c in held { c.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n") }
+            for c in held { #expect(c.read(within: .seconds(10)).text.hasPrefix("HTTP/1.1 200")) }
+            let third = try RawConnection(port: server.port)
+            third.write("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            #expect(third.read(within: .seconds(2)).text.isEmpty, "not answered while two are open")
+            close(held[0].fd)
+            #expect(third.read(within: .seconds(10)).text.hasPrefix("HTTP/1.1 200"), "answered once one closed")
+        }
+    }
+
+    @Test func anAccountPastItsRateGets429AndOthersGoOn() async throws {
+        try await withLive(extraArguments: ["--account-rate", "5"]) { live in
+            for n in 1...5 { #expect(try await live.alice.send(.GET, APIPath.whoami).status == 200, "request \(n)") }
+            let refused = try await live.alice.send(.GET, APIPath.whoami)
+            #expect(refused.status == 429 && refused.errorCode == .rateLimited, "\(refused.text)")
+            #expect(Int(refused.headers.first(name: "Retry-After") ?? "").map { $0 >= 1 } == true)
+            #expect(try await live.bob.send(.GET, APIPath.whoami).status == 200)
+        }
+    }
+}
