@@ -10,6 +10,7 @@ import concurrent.futures
 import hashlib
 import http.client
 import json
+import ssl
 import math
 import os
 import queue
@@ -303,14 +304,19 @@ class Api:
 
     def __init__(self, server, token=None):
         u = urllib.parse.urlsplit(server)
-        self.host, self.port = u.hostname, u.port or 80
+        self.host, self.port = u.hostname, u.port or (443 if u.scheme == "https" else 80)
+        # https: the server's certificate checked against BENCH_CA_FILE (the bench's own CA).
+        self.tls = ssl.create_default_context(cafile=os.environ.get("BENCH_CA_FILE")) if u.scheme == "https" else None
         self.token = token
         self.local = threading.local()
 
     def conn(self):
         if getattr(self.local, "conn", None) is None:
             # 1 MiB blocks when streaming a file body; http.client's default is 8 KiB.
-            self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=120, blocksize=READ_CHUNK)
+            if self.tls:
+                self.local.conn = http.client.HTTPSConnection(self.host, self.port, timeout=120, blocksize=READ_CHUNK, context=self.tls)
+            else:
+                self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=120, blocksize=READ_CHUNK)
         return self.local.conn
 
     def request(self, method, path, body=None, headers=None, ok=(200, 201)):
@@ -645,7 +651,7 @@ def cmd_ms_between(a):
 # ---------------------------------------------------------------------------------------------
 # The result table.
 
-SYSTEMS = ("ubiq", "native", "rclone")
+SYSTEMS = ("ubiq", "ubiqtls", "native", "rclone")
 
 
 def rows(p):
