@@ -14,6 +14,9 @@ public enum ChangeStreamEvent: Sendable, Equatable {
 public enum RemoteError: Error, Sendable, Equatable {
     /// The server cannot be reached (refused, reset, timed out): retry later, we are offline.
     case unreachable(String)
+    /// The server's certificate is not trusted (or TLS failed otherwise): retried, as when
+    /// unreachable, but named, since waiting will not mend it.
+    case untrustedServer(String)
     /// The token is not (or no longer) valid: expired, revoked, or its account removed (the
     /// server's words).
     case unauthorized(String)
@@ -27,7 +30,7 @@ public enum RemoteError: Error, Sendable, Equatable {
     /// of failing.
     public var meansOffline: Bool {
         switch self {
-        case .unreachable, .unauthorized: true
+        case .unreachable, .untrustedServer, .unauthorized: true
         case .refused(.rateLimited, _, _): true
         case .refused, .protocolError: false
         }

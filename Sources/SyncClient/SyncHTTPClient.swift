@@ -158,18 +158,18 @@ public final class SyncHTTPClient: Sendable {
         } catch let error as RemoteError {
             throw error
         } catch {
-            throw RemoteError.unreachable(Self.transportFailure(error))
+            throw Self.transportError(error)
         }
     }
 
-    /// What a failure below HTTP says to a person. A certificate that is not trusted is named
-    /// as such: it is no network trouble, and waiting will not mend it.
-    static func transportFailure(_ error: Error) -> String {
+    /// A failure below HTTP. A certificate that is not trusted is told apart: it is no network
+    /// trouble, and waiting will not mend it.
+    static func transportError(_ error: Error) -> RemoteError {
         if let tls = error as? NIOSSLError, case .handshakeFailed(let reasons) = tls {
-            return "the TLS handshake failed (the server's certificate is not trusted, or its name does not match): \(reasons)"
+            return .untrustedServer("the TLS handshake failed (the server's certificate is not trusted, or its name does not match): \(reasons)")
         }
-        if error is NIOSSLError || error is NIOSSLExtraError { return "TLS: \(error)" }
-        return String(describing: error)
+        if error is NIOSSLError || error is NIOSSLExtraError { return .untrustedServer("TLS: \(error)") }
+        return .unreachable(String(describing: error))
     }
 
     static func decode<T: Decodable>(_ type: T.Type, _ body: ByteBuffer) throws -> T {
@@ -326,7 +326,7 @@ public final class SyncHTTPClient: Sendable {
                 // What `receive` threw (a full disk) is the cause; the transport's error only says
                 // the request was torn down because of it.
                 if let cause = delegate.receiveError { throw cause }
-                throw RemoteError.unreachable(Self.transportFailure(error))
+                throw Self.transportError(error)
             }
         }
     }
@@ -339,7 +339,7 @@ public final class SyncHTTPClient: Sendable {
                 do {
                     let response: HTTPClientResponse
                     do { response = try await http.execute(r, deadline: .distantFuture) } catch {
-                        throw RemoteError.unreachable(Self.transportFailure(error))
+                        throw Self.transportError(error)
                     }
                     let status = Int(response.status.code)
                     guard status == 200 else {

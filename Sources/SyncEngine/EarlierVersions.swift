@@ -47,7 +47,7 @@ extension SyncEngine {
         switch error {
         case .refused(let code, _, _) where code == .versionNotFound:
             EarlierVersionRefusal(message: "the server keeps no earlier version of that revision (never, or no longer)")
-        case .unreachable, .unauthorized:
+        case .unreachable, .untrustedServer, .unauthorized:
             EarlierVersionRefusal(message: "earlier versions are on the server, which cannot be used now: \(describe(error))")
         default:
             EarlierVersionRefusal(message: describe(error))

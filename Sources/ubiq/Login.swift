@@ -77,6 +77,8 @@ struct Login: AsyncParsableCommand {
             throw Failure("login refused: \(message)")
         } catch RemoteError.unauthorized(let why) {
             throw Failure("login refused: \(why)")
+        } catch RemoteError.untrustedServer(let why) {
+            throw Failure("\(base): \(why); --ca-file names the authority to trust")
         } catch let error as RemoteError {
             throw Failure("cannot reach \(base): \(error)")
         }

@@ -66,6 +66,25 @@ import Testing
                 #expect(refused.stderr.contains("certificate is not trusted"), "\(extra): \(refused.stderr)")
                 #expect(!FileManager.default.fileExists(atPath: home.path + "/config/ubiq/login.json"), "nothing stored")
             }
+            // A mount told to trust another authority comes up, says why it cannot sync, and
+            // sends nothing.
+            let mountpoint = home.path + "/mnt"
+            try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
+            #expect(try await login(["--ca-file", keys.trusted.certificate]).status == 0)
+            let mounted = try await run(
+                Binaries.path("ubiq"), ["mount", mountpoint, "--server", server.baseURL, "--cache", home.path + "/cache", "--ca-file", keys.other.certificate],
+                environment: env)
+            #expect(mounted.status == 0, "\(mounted)")
+            defer { _ = try? FileManager.default.removeItem(atPath: home.path + "/cache") }
+            do {
+                try await eventually("the mount to name the certificate") {
+                    try await run(Binaries.path("ubiq"), ["status", "--mount", mountpoint], environment: env).stdout.contains("certificate is not trusted")
+                }
+                #expect(try await run(Binaries.path("ubiq"), ["unmount", mountpoint], environment: env).status == 0)
+            } catch {
+                _ = try? await run("/bin/fusermount3", ["-uz", mountpoint])
+                throw error
+            }
             let bad = try await login(["--ca-file", keys.key])
             #expect(bad.status == 2 && bad.stderr.contains("holds no PEM certificate"), "\(bad)")
             #expect(try await login(["--ca-file", keys.trusted.certificate]).status == 0)
