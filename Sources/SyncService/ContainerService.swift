@@ -96,7 +96,7 @@ public struct ContainerService: Sendable {
     /// A live file and a reader of its content (the container grants the right to it).
     public func fileContent(_ id: ItemID) async throws -> (item: ItemMetadata, reader: any BlobReader) {
         let item = try await item(id)
-        guard item.kind == .file, let digest = item.digest else { throw APIError(.notAFile, "item '\(item.id)' is a folder") }
+        guard item.kind == .file, let digest = item.digest else { throw APIError(.notAFile, "item '\(item.id)' is a \(item.kind.rawValue), not a file") }
         return (item, try await service.openContent(digest))
     }
 

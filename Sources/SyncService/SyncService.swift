@@ -89,7 +89,11 @@ public struct SyncService: Sendable {
                 results[index] = .init(error: try APIError(mapping: error).detail)
             }
         }
-        guard !checked.isEmpty else { return results.map { $0! } }
+        guard !checked.isEmpty else {
+            // Nothing to create, but a container that is not there is still 404, as for one create.
+            _ = try await container(id, of: account, create: false)
+            return results.map { $0! }
+        }
         // Before anything is stored: content is never kept for a request that fails.
         let c = try await container(id, of: account, create: checked.contains { $0.item.parentID == .root })
         // The contents are checked here, in memory, and kept by the metadata store in the

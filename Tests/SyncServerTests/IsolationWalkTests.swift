@@ -65,6 +65,9 @@ import Testing
             #expect(create.status == 404 && create.errorCode == .itemNotFound, "\(create.text)")
             let batch = try await bob.json(.POST, APIPath.batch(live.c), BatchRequest(creates: [CreateItemRequest(parentID: alices.folder.id, name: "x", kind: .folder)]))
             #expect(try batch.decode(BatchResponse.self).results.first?.error?.code == .itemNotFound, "\(batch.text)")
+            // A batch into her container's name, even one with nothing valid to create: 404.
+            let emptyBatch = try await bob.json(.POST, "/v1/containers/\(alices.container)/batch", BatchRequest(creates: []))
+            #expect(emptyBatch.status == 404 && emptyBatch.errorCode == .containerNotFound, "\(emptyBatch.text)")
             let share = try await bob.json(.POST, APIPath.shares(live.c), CreateShareRequest(itemID: alices.file.id))
             #expect(share.status == 404 && share.errorCode == .itemNotFound, "\(share.text)")
             let named = try await bob.json(.POST, APIPath.items(live.c), CreateItemRequest(parentID: .root, name: "n", kind: .file, digest: alices.file.digest))

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import ItemModel
 import SyncAPI
 import TestSupport
@@ -25,7 +26,16 @@ import Testing
             guard connected == 0 else { throw TestSupportError("connect: errno \(errno)") }
         }
 
-        deinit { close(fd) }
+        private var isOpen = true
+
+        /// Once: a second close could close a descriptor the process has handed out again.
+        func close() {
+            guard isOpen else { return }
+            isOpen = false
+            Glibc.close(fd)
+        }
+
+        deinit { close() }
 
         func write(_ text: String) {
             let bytes = Array(text.utf8)
@@ -126,7 +136,7 @@ import Testing
             let third = try RawConnection(port: server.port)
             third.write("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             #expect(third.read(within: .seconds(2)).text.isEmpty, "not answered while two are open")
-            close(held[0].fd)
+            held[0].close()
             #expect(third.read(within: .seconds(10)).text.hasPrefix("HTTP/1.1 200"), "answered once one closed")
         }
     }
