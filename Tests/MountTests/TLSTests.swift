@@ -23,6 +23,22 @@ import Testing
         }
     }
 
+    /// A `ubiq` user of its own (its own configuration folder), outside any test device.
+    struct Client {
+        let home: TempDirectory
+        var env: [String: String] { ProcessInfo.processInfo.environment.merging(["XDG_CONFIG_HOME": home.path + "/config"]) { $1 } }
+
+        init() throws { home = try TempDirectory("ubiq-tls-client") }
+
+        func ubiq(_ arguments: [String], stdin: String? = nil) async throws -> (status: Int32, stdout: String, stderr: String) {
+            try await run(Binaries.path("ubiq"), arguments, stdin: stdin, environment: env)
+        }
+
+        func login(_ server: String, _ extra: [String] = [], password: String = "alice-pw") async throws -> (status: Int32, stdout: String, stderr: String) {
+            try await ubiq(["login", "--server", server, "--user", "alice", "--password-stdin"] + extra, stdin: password + "\n")
+        }
+    }
+
     func withTLSServer<T>(_ keys: Keys, _ body: (ServerProcess) async throws -> T) async throws -> T {
         try await withServer(extraArguments: ["--tls-cert", keys.certificate, "--tls-key", keys.key]) { server in
             try await server.addAccount("alice", password: "alice-pw")
@@ -53,13 +69,10 @@ import Testing
         let keys = try await Keys.make()
         defer { keys.work.remove() }
         try await withTLSServer(keys) { server in
-            let home = try TempDirectory("ubiq-tls-client")
+            let client = try Client()
+            let home = client.home
             defer { home.remove() }
-            let env = ProcessInfo.processInfo.environment.merging(["XDG_CONFIG_HOME": home.path + "/config"]) { $1 }
-            func login(_ extra: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
-                try await run(Binaries.path("ubiq"), ["login", "--server", server.baseURL, "--user", "alice", "--password-stdin"] + extra,
-                              stdin: "alice-pw\n", environment: env)
-            }
+            func login(_ extra: [String]) async throws -> (status: Int32, stdout: String, stderr: String) { try await client.login(server.baseURL, extra) }
             for extra in [[], ["--ca-file", keys.other.certificate]] {
                 let refused = try await login(extra)
                 #expect(refused.status == 1, "\(extra): \(refused)")
@@ -71,16 +84,14 @@ import Testing
             let mountpoint = home.path + "/mnt"
             try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
             #expect(try await login(["--ca-file", keys.trusted.certificate]).status == 0)
-            let mounted = try await run(
-                Binaries.path("ubiq"), ["mount", mountpoint, "--server", server.baseURL, "--cache", home.path + "/cache", "--ca-file", keys.other.certificate],
-                environment: env)
+            let mounted = try await client.ubiq(["mount", mountpoint, "--server", server.baseURL, "--cache", home.path + "/cache", "--ca-file", keys.other.certificate])
             #expect(mounted.status == 0, "\(mounted)")
             defer { _ = try? FileManager.default.removeItem(atPath: home.path + "/cache") }
             do {
                 try await eventually("the mount to name the certificate") {
-                    try await run(Binaries.path("ubiq"), ["status", "--mount", mountpoint], environment: env).stdout.contains("certificate is not trusted")
+                    try await client.ubiq(["status", "--mount", mountpoint]).stdout.contains("certificate is not trusted")
                 }
-                #expect(try await run(Binaries.path("ubiq"), ["unmount", mountpoint], environment: env).status == 0)
+                #expect(try await client.ubiq(["unmount", mountpoint]).status == 0)
             } catch {
                 _ = try? await run("/bin/fusermount3", ["-uz", mountpoint])
                 throw error
@@ -92,19 +103,17 @@ import Testing
     }
 
     @Test func plainHTTPToAnotherMachineIsRefusedUnlessInsecure() async throws {
-        let home = try TempDirectory("ubiq-plain-client")
-        defer { home.remove() }
-        let env = ProcessInfo.processInfo.environment.merging(["XDG_CONFIG_HOME": home.path + "/config"]) { $1 }
+        let client = try Client()
+        defer { client.home.remove() }
         // 192.0.2.0/24 is reserved for documentation: nothing answers there.
         let remote = "http://192.0.2.10:8420"
-        let refused = try await run(Binaries.path("ubiq"), ["login", "--server", remote, "--user", "alice", "--password-stdin"], stdin: "pw\n", environment: env)
+        let refused = try await client.login(remote)
         #expect(refused.status == 2, "\(refused)")
         #expect(refused.stderr.contains("plain http to another machine") && refused.stderr.contains("--insecure"), "\(refused.stderr)")
-        let mount = try await run(Binaries.path("ubiq"), ["mount", home.path, "--server", remote], environment: env)
+        let mount = try await client.ubiq(["mount", client.home.path, "--server", remote])
         #expect(mount.status != 0)
         // Told so, it tries (and finds nobody there).
-        let tried = try await run(
-            Binaries.path("ubiq"), ["login", "--server", remote, "--user", "alice", "--password-stdin", "--insecure"], stdin: "pw\n", environment: env)
+        let tried = try await client.login(remote, ["--insecure"])
         #expect(tried.status == 1 && tried.stderr.contains("cannot reach"), "\(tried)")
     }
 
@@ -112,14 +121,10 @@ import Testing
         let keys = try await Keys.make()
         defer { keys.work.remove() }
         try await withTLSServer(keys) { server in
-            let home = try TempDirectory("ubiq-tls-client")
-            defer { home.remove() }
-            let env = ProcessInfo.processInfo.environment.merging(["XDG_CONFIG_HOME": home.path + "/config"]) { $1 }
+            let client = try Client()
+            defer { client.home.remove() }
             func login(trusting ca: TestCertificateAuthority) async throws -> Int32 {
-                try await run(
-                    Binaries.path("ubiq"), ["login", "--server", server.baseURL, "--user", "alice", "--password-stdin", "--ca-file", ca.certificate],
-                    stdin: "alice-pw\n", environment: env
-                ).status
+                try await client.login(server.baseURL, ["--ca-file", ca.certificate]).status
             }
             #expect(try await login(trusting: keys.trusted) == 0)
             // Renewed by the other authority, in place; a broken file first changes nothing.

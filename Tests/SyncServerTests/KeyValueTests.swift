@@ -35,30 +35,10 @@ extension TestHTTP {
 /// Sends `request` as it is on a new connection to the server and reads the answer to its
 /// end (the request asks the server to close): for paths no HTTP client sends as written.
 func rawHTTP(port: Int, _ request: String) throws -> (status: Int, body: String) {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw TestSupportError("socket: errno \(errno)") }
-    defer { close(fd) }
-    var timeout = timeval(tv_sec: 10, tv_usec: 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    guard connected == 0 else { throw TestSupportError("connect: errno \(errno)") }
-    let bytes = Array(request.utf8)
-    guard bytes.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, 0) }) == bytes.count else { throw TestSupportError("send: errno \(errno)") }
-    var answer: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65_536)
-    while true {
-        let n = recv(fd, &buffer, buffer.count, 0)
-        if n < 0 { throw TestSupportError("recv: errno \(errno) (no answer within 10 s)") }
-        if n == 0 { break }
-        answer += buffer[0..<n]
-    }
-    let text = String(decoding: answer, as: UTF8.self)
+    let connection = try RawConnection(port: port)
+    connection.write(request)
+    let (text, closed) = connection.read(within: .seconds(10))
+    guard closed else { throw TestSupportError("the answer did not end within 10 s: \(text.prefix(200))") }
     guard let statusLine = text.split(separator: "\r\n").first, let status = Int(statusLine.split(separator: " ").dropFirst().first ?? "") else {
         throw TestSupportError("not an HTTP answer: \(text.prefix(200))")
     }
