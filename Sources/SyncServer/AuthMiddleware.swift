@@ -19,7 +19,7 @@ struct AuthMiddleware: RouterMiddleware {
         guard let hash = Self.tokenHash(request) else {
             throw APIError(.unauthorized, "a bearer token is required (POST \(APIPath.token))")
         }
-        guard let account = try await recent.value(for: hash, lookUp: { try await service.authenticate(tokenHash: hash) }) else {
+        guard let account = try await recent.account(tokenHash: hash, service: service) else {
             throw APIError(.unauthorized, "the token is not valid (revoked, or never issued)")
         }
         var context = context
@@ -32,5 +32,12 @@ struct AuthMiddleware: RouterMiddleware {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { return nil }
         let token = String(header.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)
         return token.isEmpty ? nil : Credentials.hashToken(token)
+    }
+}
+
+extension RecentAnswers where Key == String, Value == AccountRef {
+    /// The account of the token with this hash, remembered or checked (`SyncService.authenticate`).
+    func account(tokenHash hash: String, service: SyncService) async throws -> AccountRef? {
+        try await value(for: hash) { try await service.authenticate(tokenHash: hash) }
     }
 }

@@ -25,7 +25,7 @@ extension SyncServer {
             // The token is checked again as the stream goes on: one revoked or expired meanwhile
             // ends it (within the auth cache's lifetime; a logout here at once).
             return PushStream(feed: feed, keepAlive: configuration.keepAliveInterval) { [service, tokens] in
-                (try? await tokens.value(for: hash) { try await service.authenticate(tokenHash: hash) }) != nil
+                (try? await tokens.account(tokenHash: hash, service: service)) != nil
             }.response()
         }
     }

@@ -23,16 +23,21 @@ extension SyncService {
     public func collectBlobs(grantedBefore cutoff: Timestamp) async throws -> Int {
         _ = try await storage.metadata.forgetUnreferencedBlobs(grantedBefore: cutoff)
         var removed = 0
-        for digest in try storage.blobs.digests(writtenBefore: cutoff) {
-            let storage = self.storage
-            let gone = try await blobGate.holding(digest) { () async throws -> Bool in
-                guard try await !storage.metadata.isGranted(digest) else { return false }
-                try storage.blobs.remove(digest)
-                return true
-            }
-            if gone { removed += 1 }
+        for digest in try storage.blobs.digests(writtenBefore: cutoff) where try await removeUnlessGranted(digest) {
+            removed += 1
         }
         return removed
+    }
+
+    /// Removes the blob's file unless an account may use it, with the blob's gate held
+    /// (`BlobGate`); true when it went.
+    func removeUnlessGranted(_ digest: ContentDigest) async throws -> Bool {
+        let storage = self.storage
+        return try await blobGate.holding(digest) { () async throws -> Bool in
+            guard try await !storage.metadata.isGranted(digest) else { return false }
+            try storage.blobs.remove(digest)
+            return true
+        }
     }
 
     /// A reader of `digest`'s content. The caller has checked the right to it: the account's

@@ -80,14 +80,8 @@ extension SyncService {
             let batch = try await storage.metadata.pendingBlobDeletions(limit: 256)
             if batch.isEmpty { return removed }
             for digest in batch {
-                let storage = self.storage
-                let gone = try await blobGate.holding(digest) { () async throws -> Bool in
-                    let held = try await storage.metadata.isGranted(digest)
-                    if !held { try storage.blobs.remove(digest) }
-                    try await storage.metadata.finishBlobDeletion(digest)
-                    return !held
-                }
-                if gone { removed += 1 }
+                if try await removeUnlessGranted(digest) { removed += 1 }
+                try await storage.metadata.finishBlobDeletion(digest)
             }
         }
     }
