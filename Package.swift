@@ -12,6 +12,7 @@ let package = Package(
     products: [
         .executable(name: "ubiq-server", targets: ["ubiq-server"]),
         .executable(name: "ubiq", targets: ["ubiq"]),
+        .executable(name: "ubiq-full", targets: ["ubiq-full"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
@@ -28,10 +29,14 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", exact: "2.37.6"),
     ],
     targets: [
+        // The command users type: answers a query itself, without Foundation, and hands every
+        // other command to ubiq-full (docs/ARCHITECTURE.md).
+        .executableTarget(name: "ubiq", dependencies: ["ControlSocket"]),
         .executableTarget(
-            name: "ubiq",
+            name: "ubiq-full",
             dependencies: [
                 "QueryLanguage", "MetadataIndex", "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel", "LocalState", "DataFolderLock",
+                "ControlSocket", "MountInfo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -54,6 +59,7 @@ let package = Package(
             name: "MountDaemon",
             dependencies: [
                 "MetadataIndex", "QueryLanguage", "VFS", "SyncEngine", "OpenFiles", "CacheFiles", "SyncClient", "LocalState", "FuseKit", "SyncAPI", "ItemModel", "PageCache",
+                "ControlSocket",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -106,7 +112,7 @@ let package = Package(
         .target(
             name: "SyncClient",
             dependencies: [
-                "SyncAPI", "ItemModel",
+                "SyncAPI", "ItemModel", "ControlSocket",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -127,7 +133,11 @@ let package = Package(
         .target(name: "SyncAPI", dependencies: ["ItemModel"]),
         .target(name: "PageCache"),
         .target(name: "DataFolderLock"),
-        .target(name: "FuseKit", dependencies: ["CFuse3"]),
+        .target(name: "FuseKit", dependencies: ["CFuse3", "MountInfo"]),
+        // Reaching a mount's daemon (which mount holds a path, its registry entry, one request
+        // on its control socket) and the mount table: Glibc only, for `ubiq`.
+        .target(name: "ControlSocket", dependencies: ["MountInfo"]),
+        .target(name: "MountInfo"),
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
         .target(name: "ItemModel", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         .target(
@@ -144,7 +154,7 @@ let package = Package(
             name: "MetadataIndexTests",
             dependencies: ["MetadataIndex", "QueryLanguage", "LocalState", "ItemModel", .product(name: "GRDB", package: "GRDB.swift")]
         ),
-        .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"]),
+        .testTarget(name: "FuseKitTests", dependencies: ["FuseKit", "MountInfo"]),
         .testTarget(
             name: "VFSTests",
             dependencies: ["VFS", "SyncEngine", "SyncClient", "OpenFiles", "CacheFiles", "LocalState", "TestSupport", "SyncAPI", "ItemModel", .product(name: "Logging", package: "swift-log")]
@@ -162,7 +172,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SyncClientTests",
-            dependencies: ["SyncClient", "TestSupport", "SyncAPI", "ItemModel", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: ["SyncClient", "ControlSocket", "TestSupport", "SyncAPI", "ItemModel", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .testTarget(
             name: "SyncServerTests",

@@ -6,7 +6,6 @@
 //     enum Finding   .notMounted, .clearedDeadMount, .liveMount, .unresponsive
 //     static func state(at:probeTimeout:) -> MountState   the same probe, changing nothing
 //     static func lexicalAbsolutePath(_:) throws(FuseError) -> String   as the mount table names it
-//     static func mountTable() -> [(mountpoint, type)]   /proc/self/mountinfo, unescaped
 //
 // Why: after a crash (kill -9) the mount stays, and every access returns ENOTCONN until
 // someone runs `fusermount3 -u`; mounting again on top would hide the dead mount but leave it
@@ -18,6 +17,7 @@
 // `probeTimeout`; that thread then stays blocked in the kernel until the hung mount goes away.
 
 import Glibc
+import MountInfo
 import Synchronization
 
 public enum MountRecovery {
@@ -94,49 +94,7 @@ public enum MountRecovery {
     /// The type of the topmost file system mounted exactly at `path`, or nil.
     static func mountedFileSystemType(at path: String) -> String? {
         // Later lines are mounted on top of earlier ones: the last match is the visible one.
-        mountTable().last { $0.mountpoint == path }?.type
-    }
-
-    /// Every mount of this process's namespace, in mount order, from /proc/self/mountinfo
-    /// (reading it needs no access to the mounts themselves, so a dead or hung one is fine).
-    /// Read as bytes: one mount point elsewhere whose name is not UTF-8 must not hide the rest.
-    public static func mountTable() -> [(mountpoint: String, type: String)] {
-        guard let file = fopen("/proc/self/mountinfo", "r") else { return [] }
-        defer { fclose(file) }
-        var line: UnsafeMutablePointer<CChar>?
-        var capacity = 0
-        defer { free(line) }
-        var table: [(mountpoint: String, type: String)] = []
-        while getline(&line, &capacity, file) > 0, let line {
-            // "36 35 98:0 /root /mnt/point rw,noatime master:1 - ext3 /dev/root rw"
-            // Field 5 is the mount point; the type follows the " - " separator.
-            let text = String(cString: line)
-            let halves = text.split(separator: " - ", maxSplits: 1)
-            guard halves.count == 2 else { continue }
-            let fields = halves[0].split(separator: " ")
-            guard fields.count >= 5, let type = halves[1].split(separator: " ").first else { continue }
-            table.append((unescapeMountinfo(fields[4]), String(type)))
-        }
-        return table
-    }
-
-    /// mountinfo writes space, tab, newline and backslash as 3-digit octal escapes ("\040").
-    private static func unescapeMountinfo(_ field: Substring) -> String {
-        var bytes: [UInt8] = []
-        let utf8 = Array(field.utf8)
-        var i = 0
-        while i < utf8.count {
-            if utf8[i] == UInt8(ascii: "\\"), i + 3 < utf8.count,
-                let value = UInt8(String(decoding: utf8[(i + 1)...(i + 3)], as: UTF8.self), radix: 8)
-            {
-                bytes.append(value)
-                i += 4
-            } else {
-                bytes.append(utf8[i])
-                i += 1
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        MountInfo.table().last { $0.mountpoint == path }?.type
     }
 
     /// Runs statfs(path) on its own thread: its errno (0 on success), or nil after `timeout`.

@@ -173,6 +173,7 @@ struct ControlServer {
             })
         }
         addKeyValueRoutes(to: router)
+        addQueryOutputRoute(to: router)
         return Application(
             router: router, configuration: .init(address: .unixDomainSocket(path: socketPath), serverName: "ubiq-mount"),
             logger: logger)

@@ -1,4 +1,5 @@
 import CacheFiles
+import ControlSocket
 import Foundation
 import FuseKit
 import ItemModel
@@ -255,56 +256,4 @@ extension MountDaemon {
         limit.rlim_cur = limit.rlim_max
         _ = setrlimit(resource, &limit)
     }
-}
-
-/// Where the `ubiq` command finds the daemon of a mountpoint: one file per mount, named by a
-/// hash of the mountpoint, holding the cache folder (and so the control socket) on its first
-/// line and the daemon's process ID on its second.
-public enum MountRegistry {
-    public static var directory: String {
-        let env = ProcessInfo.processInfo.environment
-        if let runtime = env["XDG_RUNTIME_DIR"], !runtime.isEmpty { return runtime + "/ubiq/mounts" }
-        return "/tmp/ubiq-\(getuid())/mounts"
-    }
-
-    static func file(_ mountpoint: String) -> String {
-        directory + "/" + ContentDigest.of(Array(mountpoint.utf8)).hex.prefix(24)
-    }
-
-    static func register(mountpoint: String, cacheDirectory: String) {
-        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        try? "\(cacheDirectory)\n\(getpid())\n".write(toFile: file(mountpoint), atomically: true, encoding: .utf8)
-    }
-
-    /// Only this daemon's own entry: a new mount of the same mountpoint may have registered
-    /// while this one was finishing.
-    static func unregister(mountpoint: String) {
-        guard entry(mountpoint)?.daemon == getpid() else { return }
-        unlink(file(mountpoint))
-    }
-
-    static func entry(_ mountpoint: String) -> (cacheDirectory: String, daemon: pid_t?)? {
-        guard let text = try? String(contentsOfFile: file(mountpoint), encoding: .utf8) else { return nil }
-        return parse(text)
-    }
-
-    /// Every registered mount of this user (entries of daemons that died included).
-    public static func entries() -> [(cacheDirectory: String, daemon: pid_t?)] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        return names.compactMap { name in
-            guard let text = try? String(contentsOfFile: directory + "/" + name, encoding: .utf8) else { return nil }
-            return parse(text)
-        }
-    }
-
-    static func parse(_ text: String) -> (cacheDirectory: String, daemon: pid_t?) {
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
-        return (String(lines[0]), lines.count > 1 ? pid_t(lines[1]) : nil)
-    }
-
-    /// The cache folder of the daemon serving `mountpoint`, if one registered.
-    public static func cacheDirectory(of mountpoint: String) -> String? { entry(mountpoint)?.cacheDirectory }
-
-    /// The process ID of the daemon serving `mountpoint`, if one registered.
-    public static func daemon(of mountpoint: String) -> pid_t? { entry(mountpoint)?.daemon ?? nil }
 }

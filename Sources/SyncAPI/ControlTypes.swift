@@ -20,6 +20,13 @@ public enum ControlPath {
     /// `GET /query?q=PREDICATE&args=JSON-ARRAY&scope=S&sort=K,K`: a one-shot metadata query
     /// (`QueryAnswer`).
     public static let query = "/query"
+    /// `GET /query/output?…` (the parameters of `/query`, with `json=1` for `--json` and
+    /// `root=MOUNTPOINT`, the prefix of each plain path): what `ubiq query` prints, as text.
+    /// 200: its output. 422: a predicate that cannot run; the body is the command's refusal
+    /// (for standard output with `json=1`, else standard error), its exit status 2. 400: a
+    /// request the command refuses as bad usage before asking (an unknown key to sort, group or
+    /// count by), left to the command to say.
+    public static let queryOutput = "/query/output"
     /// `GET /query/live?…` (the parameters of `/query`): JSON lines, `LiveQueryLine`, until the
     /// client goes away.
     public static let liveQuery = "/query/live"

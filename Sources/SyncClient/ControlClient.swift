@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import ControlSocket
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -50,14 +51,19 @@ public struct ControlClient: Sendable {
 
     /// One call, over a socket of its own (`SocketExchange`), not the HTTP client.
     func exchange(_ method: HTTPMethod, _ path: String, body: Data?, timeout: Duration) async throws -> Data {
-        let answer: SocketExchange.Answer
+        let answer = try await answer(method, path, body: body, timeout: timeout)
+        guard answer.status == 200 else { throw Failure.answered(answer.status, String(decoding: answer.body, as: UTF8.self)) }
+        return Data(answer.body)
+    }
+
+    /// The answer to one call whatever its status: for routes whose statuses say more than
+    /// success or failure (`ControlPath.queryOutput`).
+    public func answer(_ method: HTTPMethod, _ path: String, body: Data? = nil, timeout: Duration = .seconds(10)) async throws -> ControlExchange.Answer {
         do {
-            answer = try await SocketExchange.run(socketPath: socketPath, method: method.rawValue, target: path, body: body, timeout: timeout)
+            return try await SocketExchange.run(socketPath: socketPath, method: method.rawValue, target: path, body: body, timeout: timeout)
         } catch {
             throw Failure.noDaemon("\(error)")
         }
-        guard answer.status == 200 else { throw Failure.answered(answer.status, String(decoding: answer.body, as: UTF8.self)) }
-        return answer.body
     }
 
     /// Streams the lines of `GET path` until the daemon ends it or the task is cancelled.

@@ -58,9 +58,12 @@ public final class TestDevice: @unchecked Sendable {
         }
     }
 
-    /// Runs the `ubiq` command with this device's environment.
-    public func ubiq(_ arguments: [String], stdin: String? = nil, timeout: Duration = .seconds(60)) async throws -> (status: Int32, stdout: String, stderr: String) {
-        try await run(Binaries.path("ubiq"), arguments, stdin: stdin, timeout: timeout, environment: environment, directory: nil)
+    /// Runs `ubiq` (or `command`, another executable of the build: `ubiq-full`) with this
+    /// device's environment.
+    public func ubiq(
+        _ arguments: [String], stdin: String? = nil, timeout: Duration = .seconds(60), command: String = "ubiq"
+    ) async throws -> (status: Int32, stdout: String, stderr: String) {
+        try await run(Binaries.path(command), arguments, stdin: stdin, timeout: timeout, environment: environment, directory: nil)
     }
 
     /// Runs a shell command with `M` set to the mountpoint, under a deadline.

@@ -10,6 +10,7 @@
 
 import Foundation
 @testable import FuseKit
+import MountInfo
 import Testing
 
 struct ToolResult: Sendable {
@@ -126,8 +127,8 @@ func withMount(
 /// process, so they answer ENOTCONN) are cleared once per run. Live mounts of a test run going
 /// on in parallel answer statfs and are left alone.
 let staleMountsCleared: Void = {
-    for (mountpoint, type) in MountRecovery.mountTable()
-    where type == "fuse.fusekittest" && mountpoint.hasPrefix("/tmp/fusekit-") {
+    for entry in MountInfo.table() where entry.type == "fuse.fusekittest" && entry.mountpoint.hasPrefix("/tmp/fusekit-") {
+        let mountpoint = entry.mountpoint
         if (try? MountRecovery.clearDeadMount(at: mountpoint)) == .clearedDeadMount {
             rmdir(mountpoint)
         }

@@ -16,8 +16,13 @@ extension ConvergenceTests {
                 """#)
             try await a.waitUntilUploaded()
             try await eventually("B to list every item") { try await b.sh(#"find "$M" -type f | wc -l"#).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "4" }
+            // `ubiq` answers some of these itself and hands the rest to `ubiq-full`: the same
+            // output either way.
             func query(_ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
-                try await b.ubiq(["query"] + arguments + ["--mount", b.mountpoint])
+                let quick = try await b.ubiq(["query"] + arguments + ["--mount", b.mountpoint])
+                let full = try await b.ubiq(["query"] + arguments + ["--mount", b.mountpoint], command: "ubiq-full")
+                #expect(quick.status == full.status && quick.stdout == full.stdout && quick.stderr == full.stderr, "\(arguments): \(quick) against \(full)")
+                return quick
             }
             func paths(_ arguments: [String]) async throws -> [String] {
                 let r = try await query(arguments)
@@ -69,6 +74,22 @@ extension ConvergenceTests {
             #expect(try await query(["name LIKE", "--explain"]).status == 2)
             let outside = try await b.ubiq(["query", "TRUEPREDICATE", "--mount", "/tmp"])
             #expect(outside.status == 1 && outside.stderr.contains("not inside a ubiq mount"), "\(outside)")
+
+            // `ubiq` alone, without `ubiq-full` beside it: a query it reads is answered, and
+            // what it hands over fails to start, so each path is the one taken above.
+            let alone = try TempDirectory("ubiq-alone")
+            defer { alone.remove() }
+            try FileManager.default.copyItem(atPath: Binaries.path("ubiq"), toPath: alone.path + "/ubiq")
+            chmod(alone.path, 0o755)
+            for arguments in [["TRUEPREDICATE", "--count"], ["--json", "--scope=documents", "name LIKE[c] %@", "--arg", "*.MD"], ["name == "]] {
+                let quick = try await run(alone.path + "/ubiq", ["query"] + arguments + ["--mount", b.mountpoint], environment: b.environment)
+                let full = try await query(arguments)
+                #expect(quick.status == full.status && quick.stdout == full.stdout && quick.stderr == full.stderr, "\(arguments) alone: \(quick)")
+            }
+            for handedOver in [["TRUEPREDICATE", "--explain"], ["TRUEPREDICATE", "--live"], ["--help"], ["TRUEPREDICATE", "--sort", "nosuchkey"]] {
+                let r = try await run(alone.path + "/ubiq", ["query"] + handedOver + ["--mount", b.mountpoint], environment: b.environment)
+                #expect(r.status == 1 && r.stderr.contains("cannot run \(alone.path)/ubiq-full"), "\(handedOver): \(r)")
+            }
         }
     }
 

@@ -27,7 +27,7 @@ import TestSupport
         let prefix = dir.path + "/prefix"
         try await Self.install(into: prefix)
         for file in [
-            "bin/ubiq", "bin/ubiq-server", "sbin/mount.fuse.ubiq", "lib/systemd/user/ubiq-mount@.service", "lib/systemd/system/ubiq-server.service",
+            "bin/ubiq", "bin/ubiq-full", "bin/ubiq-server", "sbin/mount.fuse.ubiq", "lib/systemd/user/ubiq-mount@.service", "lib/systemd/system/ubiq-server.service",
             "share/bash-completion/completions/ubiq", "share/zsh/site-functions/_ubiq-server", "share/fish/vendor_completions.d/ubiq.fish",
             "share/man/man1/ubiq.1", "share/man/man1/ubiq-server.1",
         ] {

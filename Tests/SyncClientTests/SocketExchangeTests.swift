@@ -1,3 +1,4 @@
+import ControlSocket
 import Foundation
 import Synchronization
 import Testing
@@ -7,40 +8,40 @@ import Glibc
 #endif
 
 @Suite struct SocketExchangeTests {
-    static func bytes(_ text: String) -> Data { Data(text.utf8) }
+    static func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
     @Test func anAnswerIsWholeByItsLengthItsLastChunkOrTheEnd() throws {
         let sized = Self.bytes("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
-        #expect(try SocketExchange.parse(sized, ended: false)?.body == Self.bytes("hello"))
-        #expect(try SocketExchange.parse(sized.dropLast(2), ended: false) == nil)
+        #expect(try ControlExchange.parse(sized, ended: false)?.body == Self.bytes("hello"))
+        #expect(try ControlExchange.parse(sized.dropLast(2), ended: false) == nil)
 
         let chunked = Self.bytes("HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\nA;x=y\r\n0123456789\r\n0\r\n\r\n")
-        let answer = try #require(try SocketExchange.parse(chunked, ended: false))
+        let answer = try #require(try ControlExchange.parse(chunked, ended: false))
         #expect(answer.status == 404)
         #expect(answer.body == Self.bytes("abc0123456789"))
         for cut in 1..<chunked.count {
-            #expect(try SocketExchange.parse(chunked.prefix(cut), ended: false) == nil, "cut at \(cut)")
+            #expect(try ControlExchange.parse(Array(chunked.prefix(cut)), ended: false) == nil, "cut at \(cut)")
         }
         // A chunk whose bytes end as the last chunk does, cut there: not yet whole.
         let lookalike = Self.bytes("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n0\r\n\r\n")
-        #expect(try SocketExchange.parse(lookalike, ended: false) == nil)
-        #expect(try SocketExchange.parse(lookalike + Self.bytes("\r\n0\r\n\r\n"), ended: false)?.body == Self.bytes("0\r\n\r\n"))
+        #expect(try ControlExchange.parse(lookalike, ended: false) == nil)
+        #expect(try ControlExchange.parse(lookalike + Self.bytes("\r\n0\r\n\r\n"), ended: false)?.body == Self.bytes("0\r\n\r\n"))
 
         let unsized = Self.bytes("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{}")
-        #expect(try SocketExchange.parse(unsized, ended: false) == nil)
-        #expect(try SocketExchange.parse(unsized, ended: true)?.body == Self.bytes("{}"))
+        #expect(try ControlExchange.parse(unsized, ended: false) == nil)
+        #expect(try ControlExchange.parse(unsized, ended: true)?.body == Self.bytes("{}"))
     }
 
     @Test func aMalformedOrCutAnswerIsAnError() {
         for text in ["HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort", "nonsense\r\n\r\n", "HTTP/1.1 abc OK\r\n\r\n",
                      "HTTP/1.1 200 OK\r\nno colon\r\n\r\n", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "HTTP/1.1 200 OK\r\n"] {
-            #expect(throws: SocketExchange.Failure.self, "\(text.debugDescription)") { try SocketExchange.parse(Self.bytes(text), ended: true) }
+            #expect(throws: ControlExchange.Failure.self, "\(text.debugDescription)") { try ControlExchange.parse(Self.bytes(text), ended: true) }
         }
     }
 
     @Test func noDaemonIsAnErrorNamingTheSocket() async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("absent-\(UUID().uuidString).sock").path
-        await #expect(throws: SocketExchange.Failure.self) {
+        await #expect(throws: ControlExchange.Failure.self) {
             try await SocketExchange.run(socketPath: path, method: "GET", target: "/status", body: nil, timeout: .seconds(2))
         }
     }
@@ -53,7 +54,7 @@ import Glibc
         let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         try #require(listener >= 0)
         defer { close(listener) }
-        var address = try SocketExchange.address(of: path)
+        var address = try ControlExchange.address(of: path)
         let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
         try #require(bound == 0 && listen(listener, 1) == 0)
         let answer = Array("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n{\"a\":1\r\n1\r\n}\r\n0\r\n\r\n".utf8)
@@ -79,7 +80,7 @@ import Glibc
         server.start()
         let got = try await SocketExchange.run(socketPath: path, method: "POST", target: "/a?b=%2B", body: Data("body".utf8), timeout: .seconds(10))
         #expect(got.status == 200)
-        #expect(got.body == Data("{\"a\":1}".utf8))
+        #expect(got.body == Array("{\"a\":1}".utf8))
         let sent = request.withLock { $0 }
         #expect(sent.hasPrefix("POST /a?b=%2B HTTP/1.1\r\n"))
         #expect(sent.contains("Content-Length: 4\r\n"))

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ItemModel
+import MountInfo
 import SyncAPI
 import SyncClient
 
@@ -134,7 +135,7 @@ struct WhoAmICommand: AsyncParsableCommand {
 
     func run() async throws {
         let report: WhoAmIReport
-        if mount != nil || MountTable.mount(containing: Paths.absolute(FileManager.default.currentDirectoryPath)) != nil {
+        if mount != nil || MountInfo.ubiqMount(containing: Paths.absolute(FileManager.default.currentDirectoryPath)) != nil {
             let (mountpoint, control) = try MountTable.control(of: mount)
             do { report = try await control.get(ControlPath.whoami) } catch { throw Failure("the daemon of \(mountpoint) does not answer: \(error)") }
         } else {

@@ -1,7 +1,9 @@
 import ArgumentParser
+import ControlSocket
 import Foundation
 import LocalState
 import MountDaemon
+import MountInfo
 import SyncAPI
 import SyncClient
 
@@ -42,7 +44,7 @@ enum Xattr {
 
 func requireInMount(_ path: String) throws -> String {
     let absolute = Paths.absolute(path)
-    guard MountTable.mount(containing: absolute) != nil else { throw Failure("\(path) is not inside a ubiq mount") }
+    guard MountInfo.ubiqMount(containing: absolute) != nil else { throw Failure("\(path) is not inside a ubiq mount") }
     // The entry itself: a dangling link is in the mount too.
     var info = stat()
     guard lstat(absolute, &info) == 0 else { throw Failure("\(path): \(String(cString: strerror(errno)))") }
@@ -127,7 +129,7 @@ struct Status: AsyncParsableCommand {
         var info = stat()
         let type = lstat(absolute, &info) == 0 ? info.st_mode & S_IFMT : S_IFREG
         if type == S_IFREG || type == S_IFDIR { return Xattr.status(absolute) }
-        guard let top = MountTable.mount(containing: absolute) else { throw Failure("\(path) is not inside a ubiq mount") }
+        guard let top = MountInfo.ubiqMount(containing: absolute) else { throw Failure("\(path) is not inside a ubiq mount") }
         let report: ItemStatusReport
         do {
             report = try await Versions.control(of: absolute).get(

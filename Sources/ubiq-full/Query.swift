@@ -1,4 +1,5 @@
 import ArgumentParser
+import ControlSocket
 import Foundation
 import MetadataIndex
 import MountDaemon
@@ -40,43 +41,26 @@ struct Query: AsyncParsableCommand {
     func run() async throws {
         if explain { return try printExplanation() }
         let (mountpoint, control) = try MountTable.control(of: mount)
-        var parameters = URLComponents()
-        parameters.queryItems = [
-            URLQueryItem(name: "q", value: predicate),
-            URLQueryItem(name: "args", value: String(decoding: try JSONEncoder().encode(arguments), as: UTF8.self)),
-            URLQueryItem(name: "scope", value: scope),
-            URLQueryItem(name: "sort", value: sort ?? ""),
-            URLQueryItem(name: "interval", value: String(batchInterval)),
-            URLQueryItem(name: "group", value: groupBy ?? ""),
-            URLQueryItem(name: "values", value: values ?? ""),
-            URLQueryItem(name: "count", value: count ? "1" : "0"),
-        ]
-        // `+` stays literal in a query string otherwise, and the server reads it as a space.
-        let query = (parameters.percentEncodedQuery ?? "").replacingOccurrences(of: "+", with: "%2B")
-        if live { return try await follow(control.lines(ControlPath.liveQuery + "?" + query), mountpoint: mountpoint) }
-        let answer: QueryAnswer
-        do { answer = try await control.get(ControlPath.query + "?" + query, timeout: .seconds(120)) } catch {
+        var request = QueryOutputRequest(predicate: predicate)
+        (request.arguments, request.scope, request.sort, request.groupBy, request.values) = (arguments, scope, sort, groupBy, values)
+        (request.count, request.json) = (count, json)
+        if live {
+            let path = ControlPath.liveQuery + "?" + request.queryString(root: mountpoint) + "&interval=\(batchInterval)"
+            return try await follow(control.lines(path), mountpoint: mountpoint)
+        }
+        // The daemon makes the output (`ControlPath.queryOutput`), as it does for `ubiq`.
+        let answer: ControlExchange.Answer
+        do { answer = try await control.answer(.GET, request.target(root: mountpoint), timeout: .seconds(120)) } catch {
             throw Failure("the daemon of \(mountpoint) does not answer: \(error)")
         }
-        if let error = answer.error { try refuse(error, at: answer.position) }
-        let results = answer.results ?? []
-        if let counted = answer.values {
-            for v in counted { print(json ? jsonLine(["value": v.value, "count": v.count]) : "\(v.value)\t\(v.count)") }
-            return
-        }
-        if count {
-            let n = answer.count ?? results.count
-            print(json ? jsonLine(["count": n]) : String(n))
-            return
-        }
-        let encoder = outputEncoder()
-        var group: String?
-        for item in results {
-            if let groupBy, !json, item.group != group {
-                print("# \(groupBy) = \(item.group ?? "")")
-                group = item.group
-            }
-            print(json ? String(decoding: try encoder.encode(item), as: UTF8.self) : mountpoint + item.path)
+        switch answer.status {
+        case 200:
+            FileHandle.standardOutput.write(Data(answer.body))
+        case 422:
+            (json ? FileHandle.standardOutput : FileHandle.standardError).write(Data(answer.body))
+            throw ExitCode(2)
+        default:
+            throw Failure("the daemon of \(mountpoint) answered \(answer.status): \(String(decoding: answer.body, as: UTF8.self))")
         }
     }
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ControlSocket
 import Foundation
 
 struct Ubiq: AsyncParsableCommand {
@@ -66,8 +67,5 @@ enum Paths {
         return URL(fileURLWithPath: exe).deletingLastPathComponent().path
     }
 
-    static func absolute(_ path: String) -> String {
-        if path.hasPrefix("/") { return URL(fileURLWithPath: path).standardizedFileURL.path }
-        return URL(fileURLWithPath: FileManager.default.currentDirectoryPath + "/" + path).standardizedFileURL.path
-    }
+    static func absolute(_ path: String) -> String { MountLookup.absolute(path) }
 }

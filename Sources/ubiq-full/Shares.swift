@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import ItemModel
 import MountDaemon
+import MountInfo
 import SyncAPI
 import SyncClient
 
@@ -58,7 +59,7 @@ struct Share: AsyncParsableCommand {
     /// The daemon of the mount `path` is in, and the path from that mount's top.
     static func control(for path: String) throws -> (ControlClient, String) {
         let absolute = try requireInMount(path)
-        guard let top = MountTable.mount(containing: absolute) else { throw Failure("\(path) is not inside a ubiq mount") }
+        guard let top = MountInfo.ubiqMount(containing: absolute) else { throw Failure("\(path) is not inside a ubiq mount") }
         return (try Versions.control(of: absolute), String(absolute.dropFirst(top == "/" ? 0 : top.count)))
     }
 

@@ -1,7 +1,9 @@
 import ArgumentParser
+import ControlSocket
 import Foundation
 import ItemModel
 import MountDaemon
+import MountInfo
 import SyncAPI
 import SyncClient
 
@@ -20,7 +22,7 @@ struct Versions: AsyncParsableCommand {
         let (absolute, info) = try Self.file(path)
         let versions = try Self.conflictVersions(of: absolute, shownAs: path)
         let current = (modified: WallClock.isoSeconds(info.st_mtim.tv_sec), size: Int64(info.st_size))
-        let top = MountTable.mount(containing: absolute) ?? ""
+        let top = MountInfo.ubiqMount(containing: absolute) ?? ""
         let earlier = all ? try await Self.earlierVersions(of: absolute, inode: Int64(info.st_ino), shownAs: path) : []
         if json {
             print(jsonLine(["path": path, "kind": "current", "version": "current", "modified": current.modified, "size": current.size]))
@@ -45,7 +47,7 @@ struct Versions: AsyncParsableCommand {
 
     /// The mount's daemon for the file at `absolute`; exit 1 when none answers.
     static func control(of absolute: String) throws -> ControlClient {
-        guard let top = MountTable.mount(containing: absolute), let cache = MountRegistry.cacheDirectory(of: top) else {
+        guard let top = MountInfo.ubiqMount(containing: absolute), let cache = MountRegistry.cacheDirectory(of: top) else {
             throw Failure("no daemon is registered for the mount of \(absolute)")
         }
         return ControlClient(socketPath: cache + "/control.sock")

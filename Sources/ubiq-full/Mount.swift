@@ -1,9 +1,11 @@
 import ArgumentParser
+import ControlSocket
 import Foundation
 import FuseKit
 import ItemModel
 import Logging
 import MountDaemon
+import MountInfo
 import SyncAPI
 import SyncClient
 
@@ -80,7 +82,7 @@ struct Mount: AsyncParsableCommand {
         }
         // Inside another ubiq mount the folder would be an item of that container, and a mount
         // of the same container there would contain itself.
-        if let outer = MountTable.mount(containing: target) { throw Failure("\(target) is inside the ubiq mount \(outer); mount outside it") }
+        if let outer = MountInfo.ubiqMount(containing: target) { throw Failure("\(target) is inside the ubiq mount \(outer); mount outside it") }
         var st = stat()
         guard stat(target, &st) == 0 else { throw Failure("\(target) does not exist") }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw Failure("\(target) is not a directory") }
@@ -237,27 +239,18 @@ enum Spawn {
     }
 }
 
-/// The ubiq mounts of this namespace (FuseKit reads /proc/self/mountinfo).
+/// The ubiq mounts of this namespace (`MountInfo`) and their daemons (`MountLookup`).
 enum MountTable {
-    static func ubiqMountpoints() -> [String] {
-        MountRecovery.mountTable().filter { $0.type == "fuse.ubiq" }.map(\.mountpoint)
-    }
-
     static func isUbiqMount(_ path: String) -> Bool {
-        ubiqMountpoints().contains(path)
+        MountInfo.ubiqMountpoints().contains(path)
     }
 
     /// The mount `mount` names (default: the one containing the working directory) and its
     /// daemon's control socket; exit 1 when there is none.
     static func control(of mount: String?) throws -> (mountpoint: String, control: ControlClient) {
-        let target = Paths.absolute(mount ?? FileManager.default.currentDirectoryPath)
-        guard let mountpoint = Self.mount(containing: target) else { throw Failure("\(target) is not inside a ubiq mount") }
-        guard let cache = MountRegistry.cacheDirectory(of: mountpoint) else { throw Failure("no daemon is registered for \(mountpoint)") }
-        return (mountpoint, ControlClient(socketPath: cache + "/control.sock"))
-    }
-
-    /// The ubiq mount that contains `path` (the longest matching mountpoint).
-    static func mount(containing path: String) -> String? {
-        ubiqMountpoints().filter { path == $0 || path.hasPrefix($0 == "/" ? "/" : $0 + "/") }.max { $0.count < $1.count }
+        let target = Paths.absolute(mount ?? ".")
+        guard let (mountpoint, daemon) = MountLookup.mount(containing: target) else { throw Failure("\(target) is not inside a ubiq mount") }
+        guard let daemon else { throw Failure("no daemon is registered for \(mountpoint)") }
+        return (mountpoint, ControlClient(socketPath: daemon.controlSocket))
     }
 }

@@ -1,3 +1,4 @@
+import ControlSocket
 import DataFolderLock
 import Foundation
 import MountDaemon
