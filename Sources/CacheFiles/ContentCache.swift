@@ -3,10 +3,6 @@ import Foundation
 import ItemModel
 import PageCache
 
-// Not in the Glibc module (it needs _GNU_SOURCE); glibc exports it.
-@_silgen_name("copy_file_range")
-func c_copy_file_range(_ inFD: Int32, _ inOffset: UnsafeMutablePointer<Int64>?, _ outFD: Int32, _ outOffset: UnsafeMutablePointer<Int64>?, _ length: Int, _ flags: UInt32) -> Int
-
 /// The cache files: one per item that has content on this device, `CACHE/content/<ino>`,
 /// sparse while a download fills it. Plain POSIX calls: these run on FUSE threads at disk speed.
 public struct ContentCache: Sendable {
@@ -52,28 +48,6 @@ public struct ContentCache: Sendable {
             throw ContentError.io("cannot size the cache file", code)
         }
         return fd
-    }
-
-    /// Copies the cache file to a private snapshot (`copy_file_range`: a reflink or an in-kernel
-    /// copy, no round trip through user space) and returns its path.
-    public func snapshot(_ ino: Int64) throws -> String {
-        let target = "\(directory)/.snapshot-\(ino)-\(UInt32.random(in: 0...UInt32.max))"
-        let src = openat(folder.fd, String(ino), O_RDONLY | O_CLOEXEC)
-        guard src >= 0 else { throw ContentError.io("cannot read the cache file of \(ino)", errno) }
-        defer { close(src) }
-        let dst = Glibc.open(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard dst >= 0 else { throw ContentError.io("cannot create a snapshot", errno) }
-        defer { close(dst) }
-        while true {
-            let n = c_copy_file_range(src, nil, dst, nil, 1 << 30, 0)
-            if n == 0 { break }
-            if n < 0 {
-                let code = errno
-                unlink(target)
-                throw ContentError.io("cannot snapshot the cache file of \(ino)", code)
-            }
-        }
-        return target
     }
 
     /// 4 MiB kept free on the cache volume: when a writer fills the disk, dropping it leaves

@@ -32,8 +32,8 @@ import Testing
     func aFullCacheVolumeGivesENOSPCAndNothingPartialIsUploaded() async throws {
         let server = try await ServerProcess.start()
         try await server.addAccount("alice", password: "alice-pw")
-        // The cache folder is a 13 MiB tmpfs: the 4 MiB free-space reserve, a 4 MB file and the
-        // snapshot its upload takes fit, with room for the database; a 16 MB file does not.
+        // The cache folder is a 13 MiB tmpfs: the 4 MiB free-space reserve and a 4 MB file fit,
+        // with room for the database; a 16 MB file does not.
         let a = try await TestDevice.mount("A", server: server, user: "alice", password: "alice-pw") { device in
             let r = try await run("/bin/mount", ["-t", "tmpfs", "-o", "size=13m", "tmpfs", device.cache], timeout: .seconds(10))
             guard r.status == 0 else { throw TestSupportError("cannot mount a tmpfs: \(r.stderr)") }

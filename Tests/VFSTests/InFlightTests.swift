@@ -43,6 +43,33 @@ struct InFlightTests {
         }
     }
 
+    /// A large file goes up from its cache file itself, hashed first and sent after: a writer
+    /// between the two (here while the send waits at the gate) leaves bytes that do not match
+    /// the declared digest, or fewer of them; the server stores nothing, and the newer version
+    /// goes up instead. The server never holds a mix as the file's content.
+    @Test("a large file rewritten between its hash and its send goes up as the newer version")
+    func largeFileRewrittenDuringItsSend() async throws {
+        let h = try await Harness()
+        defer { h.close() }
+        let size = 600 << 10  // past the inline limit: sent as a blob
+        func version(_ byte: UInt8, count: Int = size) -> [UInt8] { [UInt8](repeating: byte, count: count) }
+        let ino = try h.writeNewFile("big.bin", version(1))
+        try await h.running {
+            try await settled(h)
+            for (index, newer) in [version(3), version(4, count: 300 << 10)].enumerated() {
+                let gate = h.remote.hold(.uploadBlob)
+                try await h.overwrite(ino, version(2))
+                try await eventually("the blob's send to wait at the gate (\(index))") { gate.arrivals == 1 }
+                try await h.overwrite(ino, newer)
+                gate.open()
+                try await settled(h)
+                #expect(gate.arrivals >= 2, "the send was made again (\(index))")
+                #expect(try await h.remote.content(atPath: "/big.bin") == newer, "(\(index))")
+                #expect(try h.xattr(ino, "user.ubiq.isUploaded") == "1")
+            }
+        }
+    }
+
     /// Found by the jitter run (seed 13758878939048665277): this device moved `b` out of
     /// `c/f` and then `c/f` into `b`. The first move's request failed and waited to be tried
     /// again; the second went meanwhile, and the server refused it as a move below itself.

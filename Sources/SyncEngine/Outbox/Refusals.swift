@@ -109,9 +109,8 @@ extension SyncEngine {
         guard item.kind == .file, item.content == .dirty, !openFiles.isOpenForWriting(item.ino),
               let generation = openFiles.uploadableGeneration(item.ino)
         else { return nil }
-        let path = try cache.snapshot(item.ino)
-        defer { unlink(path) }
-        let (digest, _) = try Self.hashFile(path)
+        // Hashed in place: the generation is compared again before anything is taken.
+        let (digest, _) = try Self.hashFile(cache.path(item.ino))
         guard try await remote.earlierVersions(of: current.id).contains(where: { $0.digest == digest }) else { return nil }
         let (taken, effects) = try store.write { w -> (Bool, EffectsAfterCommit) in
             var effects = EffectsAfterCommit()
