@@ -671,6 +671,7 @@ def rows(p):
         ("cp_upload", "  the same until on the server (native: cp and sync)", "files/s"),
         ("big_cp_returns", f"cp of one {big} file until cp returns", "s"),
         ("big_upload", "  the same until on the server (native: cp and sync)", "MB/s"),
+        ("big_after_close", "  the same, from cp's return until on the server (native: sync)", "s"),
         ("change", "remote change visible in mount (median of 5)", "ms"),
         ("conflict", "stale edit refused until the mount flags the file (median of 20)", "ms"),
         ("query_like", f"query name LIKE[c] '*.txt' over {p.query_items:,} items (median of 5)", "ms"),
