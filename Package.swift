@@ -180,7 +180,7 @@ let package = Package(
         .testTarget(
             name: "SyncServerTests",
             dependencies: [
-                "TestSupport", "SyncAPI", "ItemModel", "SyncServer", "ServerStorage",
+                "TestSupport", "SyncAPI", "ItemModel", "SyncServer", "SyncService", "ServerStorage",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -6,6 +6,9 @@ import Synchronization
 /// burst of commits coalesces into one read and nothing can be missed between signals
 /// (each subscriber subscribes before its first read).
 ///
+/// With an announcer (`CommitAnnouncer`), each commit here is also announced to the other
+/// server processes of the deployment, and theirs wake the streams here (`follow`).
+///
 /// Guarded by one `Mutex`; continuations are resumed outside it.
 public final class ChangeHub: Sendable {
     struct Subscriber {
@@ -14,8 +17,11 @@ public final class ChangeHub: Sendable {
     }
 
     private let state = Mutex<(next: Int, subscribers: [Int: Subscriber])>((0, [:]))
+    let announcer: (any CommitAnnouncer)?
 
-    public init() {}
+    public init(announcer: (any CommitAnnouncer)? = nil) {
+        self.announcer = announcer
+    }
 
     public struct Subscription: Sendable {
         public let signals: AsyncStream<Void>
@@ -36,9 +42,25 @@ public final class ChangeHub: Sendable {
         }
     }
 
+    /// A commit in `container`: wakes its streams here and tells the other processes.
     public func publish(container: Int64) {
-        let targets = state.withLock { $0.subscribers.values.filter { $0.container == container } }
+        wake(container: container)
+        announcer?.announce(container: container)
+    }
+
+    func wake(container: Int64?) {
+        let targets = state.withLock { $0.subscribers.values.filter { container == nil || $0.container == container } }
         for t in targets { t.continuation.yield() }
+    }
+
+    /// Wakes the streams here for what the other processes announce, until the announcements
+    /// end or the task is cancelled. A nil announcement (some may have been missed) wakes every
+    /// stream, each of which reads the log from its own cursor: nothing is taken on trust.
+    public func follow() async {
+        guard let announcer else { return }
+        for await container in announcer.announcements() {
+            wake(container: container)
+        }
     }
 
     /// Ends every stream, so that a graceful shutdown does not wait for clients to hang up.

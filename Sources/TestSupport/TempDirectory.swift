@@ -40,3 +40,20 @@ public func eventually(
         try await Task.sleep(for: .milliseconds(10))
     }
 }
+
+/// Runs `body` with a deadline: its result, or a failure once `timeout` passes (the body is
+/// cancelled then). For waits on a stream of events, which `eventually` cannot poll.
+public func withDeadline<T: Sendable>(
+    _ timeout: Duration = waitLimit, _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else { throw TestSupportError("timed out after \(timeout)") }
+        return value
+    }
+}
