@@ -99,3 +99,11 @@ public struct PostgresConfiguration: Sendable, Equatable {
         }
     }
 }
+
+extension PostgresConfiguration: CustomStringConvertible {
+    /// The URL it stands for, never the password: a configuration ends up in logs and test output.
+    public var description: String {
+        "postgres://\(user)@\(host):\(port)/\(database)?sslmode=\(tls.rawValue)&pool_max=\(maximumConnections)"
+            + " (password: \(password == nil ? "none" : "given"))"
+    }
+}

@@ -68,8 +68,8 @@ public final class PostgresMetadataStore: AccountStore, MetadataStore, ChangeLog
         configuration.options.maximumConnections = c.maximumConnections
         configuration.options.connectTimeout = c.connectTimeout
         // An acknowledged write is on disk: whatever the server's default, this store's
-        // commits wait for their WAL flush. Names and keys compare as bytes (the columns are
-        // COLLATE "C"), so no client encoding other than UTF-8 may reach them.
+        // commits wait for their WAL flush. Text travels as UTF-8 whatever the server's
+        // default encoding, as the names, ids and paths are.
         configuration.options.additionalStartupParameters = [("synchronous_commit", "on"), ("client_encoding", "UTF8")]
         return configuration
     }
