@@ -3,7 +3,7 @@ import PackageDescription
 
 // Targets are listed top to bottom as in docs/ARCHITECTURE.md: imports point down the list.
 // Heavy dependencies have few importers: GRDB -> ServerStorage, LocalState and MetadataIndex
-// (the SQL functions of compiled queries), Hummingbird -> SyncServer and MountDaemon (the
+// (the SQL functions of compiled queries), PostgresNIO -> PostgresStorage, Hummingbird -> SyncServer and MountDaemon (the
 // control socket), AsyncHTTPClient -> SyncClient and TestSupport, ArgumentParser -> the
 // executables, Prometheus -> SyncServer, ubiq-server and MountDaemon.
 let package = Package(
@@ -27,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", exact: "2.37.6"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", exact: "1.33.2"),
     ],
     targets: [
         // The command users type: answers a query itself, without Foundation, and hands every
@@ -87,6 +88,15 @@ let package = Package(
             ]
         ),
         .target(name: "SyncService", dependencies: ["ServerStorage", "SyncAPI", "ItemModel"]),
+        // The metadata stores of ServerStorage over PostgreSQL: another backend behind the same seams.
+        .target(
+            name: "PostgresStorage",
+            dependencies: [
+                "ServerStorage", "ItemModel",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .target(
             name: "ServerStorage",
             dependencies: [
@@ -146,7 +156,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "ServerStorage", "SyncService", "SyncAPI", "ItemModel", "SyncEngine",
+                "ServerStorage", "PostgresStorage", "SyncService", "SyncAPI", "ItemModel", "SyncEngine",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -171,7 +181,7 @@ let package = Package(
         .testTarget(
             name: "ServerStorageTests",
             // GRDB: to make a database as an earlier version left it, and migrate it.
-            dependencies: ["ServerStorage", "TestSupport", "ItemModel", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: ["ServerStorage", "PostgresStorage", "TestSupport", "ItemModel", .product(name: "GRDB", package: "GRDB.swift")]
         ),
         .testTarget(
             name: "SyncClientTests",

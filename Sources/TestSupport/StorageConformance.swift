@@ -1,13 +1,16 @@
 import Foundation
 import ItemModel
+import PostgresStorage
 import ServerStorage
 
-/// One storage implementation under test: how to make a fresh, empty one.
+/// One storage implementation under test: how to make a fresh, empty one. `cleanup` stops what
+/// `make` started and removes what it made; it runs whether the check passed or not.
 public struct StorageBackend: Sendable, CustomStringConvertible {
+    public typealias Made = (storage: ServerStorage, cleanup: @Sendable () async -> Void)
     public let description: String
-    public let make: @Sendable () throws -> (ServerStorage, cleanup: @Sendable () -> Void)
+    public let make: @Sendable () async throws -> Made
 
-    public init(_ name: String, make: @escaping @Sendable () throws -> (ServerStorage, cleanup: @Sendable () -> Void)) {
+    public init(_ name: String, make: @escaping @Sendable () async throws -> Made) {
         self.description = name
         self.make = make
     }
@@ -21,6 +24,22 @@ public struct StorageBackend: Sendable, CustomStringConvertible {
         StorageBackend("sqlite-memory+memory-blobs") {
             let metadata = try SQLiteMetadataStore.inMemory()
             return (ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, keyValues: metadata, blobs: InMemoryBlobStore(), shares: metadata), {})
+        },
+        // A database of its own in the process's throwaway cluster (PostgresTestCluster).
+        StorageBackend("postgres+memory-blobs") {
+            let cluster = try await PostgresTestCluster.shared()
+            let database = try await cluster.makeDatabase()
+            let store: PostgresMetadataStore
+            do {
+                store = try await PostgresMetadataStore.start(database)
+            } catch {
+                try? await cluster.dropDatabase(database)
+                throw error
+            }
+            return (ServerStorage.postgres(store, blobs: InMemoryBlobStore()), {
+                await store.shutdown()
+                try? await cluster.dropDatabase(database)
+            })
         },
     ]
 }
@@ -52,9 +71,14 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
     let body: @Sendable (Fixture) async throws -> Void
 
     public func run(on backend: StorageBackend) async throws {
-        let (storage, cleanup) = try backend.make()
-        defer { cleanup() }
-        try await body(try await Fixture(storage))
+        let (storage, cleanup) = try await backend.make()
+        do {
+            try await body(try await Fixture(storage))
+        } catch {
+            await cleanup()
+            throw error
+        }
+        await cleanup()
     }
 
     /// A fresh storage with one account ("alice") and her "default" container.
