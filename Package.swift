@@ -48,7 +48,7 @@ let package = Package(
         .executableTarget(
             name: "ubiq-server",
             dependencies: [
-                "SyncServer", "SyncService", "ServerStorage", "ItemModel", "DataFolderLock",
+                "SyncServer", "SyncService", "ServerStorage", "PostgresStorage", "ItemModel", "DataFolderLock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -174,7 +174,7 @@ let package = Package(
         ),
         .testTarget(
             name: "MountTests",
-            dependencies: ["TestSupport", "SyncAPI", "ItemModel"]
+            dependencies: ["TestSupport", "SyncAPI", "ItemModel", "PostgresStorage"]
         ),
         .testTarget(name: "ItemModelTests", dependencies: ["ItemModel", "SyncAPI"]),
         .testTarget(name: "PageCacheTests", dependencies: ["PageCache"]),
@@ -190,7 +190,7 @@ let package = Package(
         .testTarget(
             name: "SyncServerTests",
             dependencies: [
-                "TestSupport", "SyncAPI", "ItemModel", "SyncServer", "SyncService", "ServerStorage",
+                "TestSupport", "SyncAPI", "ItemModel", "SyncServer", "SyncService", "ServerStorage", "PostgresStorage",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -56,6 +56,19 @@ public final class PostgresMetadataStore: AccountStore, MetadataStore, ChangeLog
         await running.value
     }
 
+    /// One connection of its own (the announcements' listener), as the pool's are made.
+    static func connectionConfiguration(_ c: PostgresConfiguration) throws -> PostgresConnection.Configuration {
+        let tls: PostgresConnection.Configuration.TLS =
+            switch c.tls {
+            case .disable: .disable
+            case .prefer: .prefer(try .init(configuration: .makeClientConfiguration()))
+            case .require: .require(try .init(configuration: .makeClientConfiguration()))
+            }
+        var configuration = PostgresConnection.Configuration(host: c.host, port: c.port, username: c.user, password: c.password, database: c.database, tls: tls)
+        configuration.options.connectTimeout = TimeAmount.seconds(Int64(c.connectTimeout.components.seconds))
+        return configuration
+    }
+
     static func clientConfiguration(_ c: PostgresConfiguration) -> PostgresClient.Configuration {
         let tls: PostgresClient.Configuration.TLS =
             switch c.tls {

@@ -21,7 +21,8 @@ public final class PostgresTestCluster: Sendable {
     let runAs: (uid: UInt32, gid: UInt32)?
 
     var dataDirectory: String { folder + "/data" }
-    var passwordFile: String { folder + "/password" }
+    /// The superuser's password, on its first line: what a server given `--postgres-password-file` reads.
+    public var passwordFile: String { folder + "/password" }
     var logFile: String { folder + "/server.log" }
 
     /// The cluster every test of this process shares.

@@ -83,10 +83,26 @@ public final class ServerProcess: @unchecked Sendable {
         try await account(["remove", name])
     }
 
+    /// The options of `extraArguments` that say where the storage is (`--metadata`, `--blobs`
+    /// and the password file), which the account commands need too.
+    var storageArguments: [String] {
+        var found: [String] = []
+        var i = 0
+        while i + 1 < extraArguments.count {
+            if ["--metadata", "--blobs", "--postgres-password-file"].contains(extraArguments[i]) {
+                found += extraArguments[i...(i + 1)]
+                i += 2
+            } else {
+                i += 1
+            }
+        }
+        return found
+    }
+
     /// `ubiq-server account ARGUMENTS` on this server's data folder; what it printed.
     @discardableResult
     public func account(_ arguments: [String], stdin: String? = nil) async throws -> String {
-        let result = try await run(Binaries.path("ubiq-server"), ["account"] + arguments + ["--data", dataDirectory], stdin: stdin)
+        let result = try await run(Binaries.path("ubiq-server"), ["account"] + arguments + ["--data", dataDirectory] + storageArguments, stdin: stdin)
         guard result.status == 0 else { throw TestSupportError("account \(arguments[0]) failed: \(result.stderr)") }
         return result.stdout
     }

@@ -63,6 +63,30 @@ struct DataOption: ParsableArguments {
     @Option(name: .long, help: "Data folder (default: $XDG_DATA_HOME/ubiq/server). It may also come before the subcommand.")
     var data: String?
 
+    @Option(name: .long, help: "Where metadata is kept: sqlite:DIR (default: the data folder) or postgres://USER@HOST[:PORT]/DATABASE[?sslmode=disable|prefer|require&pool_max=N], which several servers may share (replicas). The password comes from PGPASSWORD or --postgres-password-file, never from here.")
+    var metadata: String?
+
+    @Option(name: .long, help: "The first line of this file is the PostgreSQL password (instead of PGPASSWORD).")
+    var postgresPasswordFile: String?
+
+    @Option(name: .long, help: "Where contents are kept: dir:DIR (default: the data folder's blobs).")
+    var blobs: String?
+
+    func validate() throws {
+        if let metadata {
+            guard let location = MetadataLocation.parse(metadata) else {
+                throw ValidationError("--metadata takes sqlite:DIR or postgres://USER@HOST[:PORT]/DATABASE, not '\(metadata)'")
+            }
+            if case .postgres(let url) = location {
+                do { _ = try postgresConfiguration(url) } catch { throw ValidationError("\(error)") }
+            }
+        }
+        if let blobs, BlobLocation.parse(blobs) == nil { throw ValidationError("--blobs takes dir:DIR, not '\(blobs)'") }
+        if postgresPasswordFile != nil, metadata.flatMap(MetadataLocation.parse).map({ if case .postgres = $0 { true } else { false } }) != true {
+            throw ValidationError("--postgres-password-file goes with --metadata postgres://…")
+        }
+    }
+
     /// The arguments with a leading `--data DIR` (or `--data=DIR`) moved to the end, so that
     /// `ubiq-server --data DIR account add NAME` reads as `git -C DIR …` does: the parser
     /// takes options before a subcommand as the top command's, and only the subcommands have
@@ -103,9 +127,17 @@ struct DataOption: ParsableArguments {
         }
     }
 
-    func openStorage() throws -> ServerStorage {
-        try createDirectory()
-        return try ServerStorage.embedded(dataDirectory: directory)
+    /// Runs `body` with the storage open, and closes it after (a PostgreSQL pool's task ends).
+    func withStorage<T>(_ body: (OpenedStorage) async throws -> T) async throws -> T {
+        let opened = try await openStorage()
+        do {
+            let result = try await body(opened)
+            await opened.close()
+            return result
+        } catch {
+            await opened.close()
+            throw error
+        }
     }
 }
 
@@ -198,15 +230,20 @@ struct Serve: AsyncParsableCommand {
         guard let address = ListenAddress(listen) else { throw Failure("--listen: \(listen) is not an address") }
         var logger = Logger(label: "ubiq.server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
-        try data.createDirectory()
-        switch DataFolderLock.acquire(dataDirectory: data.directory) {
-        case .acquired: break
-        case .heldBy(let pid):
-            throw Failure("another ubiq-server (pid \(pid)) serves the data folder \(data.directory)")
-        case .failed(let code):
-            throw Failure("cannot lock the data folder \(data.directory): \(String(cString: strerror(code)))")
+        // A SQLite database is served by one process: its folder is locked first. PostgreSQL
+        // is shared by the replicas of a deployment.
+        if let folder = data.sqliteFolder {
+            if folder == data.directory { try data.createDirectory() }
+            switch DataFolderLock.acquire(dataDirectory: folder) {
+            case .acquired: break
+            case .heldBy(let pid):
+                throw Failure("another ubiq-server (pid \(pid)) serves the data folder \(folder)")
+            case .failed(let code):
+                throw Failure("cannot lock the data folder \(folder): \(String(cString: strerror(code)))")
+            }
         }
-        let storage = try data.openStorage()
+        let opened = try await data.openStorage(logger: logger)
+        let storage = opened.storage
         let tls: TLSCertificates?
         do {
             tls = try tlsCert.map { try TLSCertificates(certificateFile: $0, keyFile: tlsKey ?? "") }
@@ -219,6 +256,7 @@ struct Serve: AsyncParsableCommand {
         let metrics = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: metrics))
         let metricsAddress = metricsListen.flatMap(ListenAddress.init)
+        let hub = ChangeHub(announcer: opened.announcer)
         let server = SyncServer(
             storage: storage,
             configuration: .init(
@@ -230,7 +268,7 @@ struct Serve: AsyncParsableCommand {
                     maxConnections: maxConnections, maxHeaderBytes: maxHeaderBytes,
                     idleTimeout: DurationText.parse(idleTimeout) ?? .seconds(120), writeTimeout: DurationText.parse(writeTimeout) ?? .seconds(120)),
                 accountRequestsPerMinute: accountRate),
-            metrics: metrics)
+            hub: hub, metrics: metrics)
         let watchStdin = exitWithStdin
         let app = try server.makeApplication(address: address, tls: tls, logger: logger) { bound in
             // Tests and scripts wait for this line (and read the port from it when listening on 0).
@@ -243,6 +281,7 @@ struct Serve: AsyncParsableCommand {
         let retention = VersionRetention(service: server.service, keep: DurationText.parse(keepVersions) ?? .seconds(30 * 86400), logger: logger)
         var services: [any Service] = [app, retention, AccountCleanup(service: server.service, logger: logger)]
         if let tls { services.append(CertificateReload(certificates: tls, logger: logger)) }
+        if opened.announcer != nil { services.append(AnnouncementListener(hub: hub)) }
         if let metricsAddress {
             services.append(try server.makeMetricsApplication(address: metricsAddress, logger: logger) { bound in
                 print("ubiq-server metrics on \(bound)")
@@ -259,8 +298,10 @@ struct Serve: AsyncParsableCommand {
         do {
             try await group.run()
         } catch {
+            await opened.close()
             throw Failure("cannot serve on \(listen): \(error)")
         }
+        await opened.close()
     }
 }
 
@@ -318,8 +359,9 @@ struct Account: AsyncParsableCommand {
         func run() async throws {
             let password = try readPassword(stdin: passwordStdin)
             guard !password.isEmpty else { throw Failure("the password is empty") }
-            let storage = try data.openStorage()
-            _ = try await storage.accounts.addAccount(name: name, passwordHash: try Credentials.hashPassword(password))
+            try await data.withStorage { opened in
+                _ = try await opened.storage.accounts.addAccount(name: name, passwordHash: try Credentials.hashPassword(password))
+            }
             print("created account \(name)")
         }
     }
@@ -329,9 +371,11 @@ struct Account: AsyncParsableCommand {
         @OptionGroup var data: DataOption
         @Flag(name: .long, help: "Show each account's identity after its name (what GET /v1/whoami answers).") var identities = false
         func run() async throws {
-            let accounts = try data.openStorage().accounts
-            for account in try await accounts.accounts() {
-                print(identities ? "\(account.name) \(try await accounts.identity(of: account))" : account.name)
+            try await data.withStorage { opened in
+                let accounts = opened.storage.accounts
+                for account in try await accounts.accounts() {
+                    print(identities ? "\(account.name) \(try await accounts.identity(of: account))" : account.name)
+                }
             }
         }
     }
@@ -342,21 +386,21 @@ struct Account: AsyncParsableCommand {
         @OptionGroup var data: DataOption
         @Argument var name: String
         func run() async throws {
-            let storage = try data.openStorage()
-            let removal = try await storage.accounts.removeAccount(name: name)
-            var what = [
-                counted(removal.containers, "container"), counted(removal.items, "item"), counted(removal.earlierVersions, "earlier version"),
-                counted(removal.shares, "share"), counted(removal.tokens, "token"),
-            ].joined(separator: ", ")
-            let contents = "\(counted(removal.contents, "content")) (\(removal.contentBytes) bytes)"
-            // Only a process that holds the data folder knows every writer of the blob store:
-            // with a server running, the server deletes them (within seconds).
-            switch DataFolderLock.acquire(dataDirectory: data.directory) {
-            case .acquired:
-                _ = try await SyncService(storage: storage).deletePendingBlobs()
-                what += "; deleted \(contents)"
-            case .heldBy, .failed:
-                what += "; the running server deletes \(contents)"
+            let what = try await data.withStorage { opened in
+                let removal = try await opened.storage.accounts.removeAccount(name: name)
+                let what = [
+                    counted(removal.containers, "container"), counted(removal.items, "item"), counted(removal.earlierVersions, "earlier version"),
+                    counted(removal.shares, "share"), counted(removal.tokens, "token"),
+                ].joined(separator: ", ")
+                let contents = "\(counted(removal.contents, "content")) (\(removal.contentBytes) bytes)"
+                // Only a process that holds the data folder knows every writer of the blob
+                // store: with a server running (or replicas sharing PostgreSQL), the servers
+                // delete them (within seconds).
+                guard let folder = opened.exclusiveFolder, case .acquired = DataFolderLock.acquire(dataDirectory: folder) else {
+                    return what + "; the running server deletes \(contents)"
+                }
+                _ = try await SyncService(storage: opened.storage).deletePendingBlobs()
+                return what + "; deleted \(contents)"
             }
             print("removed account \(name): \(what)")
         }
@@ -368,7 +412,7 @@ struct Account: AsyncParsableCommand {
         @OptionGroup var data: DataOption
         @Argument var name: String
         func run() async throws {
-            let tokens = try await data.openStorage().accounts.tokens(ofAccount: name)
+            let tokens = try await data.withStorage { try await $0.storage.accounts.tokens(ofAccount: name) }
             print(["ID", "DEVICE", "CREATED", "LAST USE", "EXPIRES"].joined(separator: "\t"))
             for t in tokens {
                 print([t.id, t.device ?? "-", utc(t.created), utc(t.used), utc(t.expires)].joined(separator: "\t"))
@@ -390,7 +434,7 @@ struct Account: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let revoked = try await data.openStorage().accounts.revokeTokens(ofAccount: name, ids: all ? nil : Set(ids))
+            let revoked = try await data.withStorage { try await $0.storage.accounts.revokeTokens(ofAccount: name, ids: all ? nil : Set(ids)) }
             let missing = Set(ids).subtracting(revoked.map(\.id))
             for t in revoked { print("revoked \(t.id) (\(t.device ?? "-"))") }
             if !missing.isEmpty { throw Failure("\(name) has no token \(missing.sorted().joined(separator: ", "))") }
