@@ -67,6 +67,9 @@ public final class PostgresTestCluster: Sendable {
                 return cluster
             } catch {
                 lastFailure = error
+                // A start that timed out may have left its server running: the next attempt
+                // must not find the data folder locked.
+                try? await cluster.stopServer(mode: "immediate")
             }
         }
         dir.remove()
@@ -97,24 +100,14 @@ public final class PostgresTestCluster: Sendable {
         ])
     }
 
-    /// Starts the server and waits, with a deadline, until it accepts connections.
+    /// Starts the server and waits, with a deadline, until it accepts connections: `pg_ctl -w`
+    /// waits for this start's own postmaster, so a server that exits (its port taken
+    /// meanwhile) fails the start instead of leaving another one to be mistaken for it.
     public func startServer() async throws {
         // Enough connections for the conformance suite's stores side by side (each pool holds
         // up to 20).
         let options = "-c listen_addresses=127.0.0.1 -p \(port) -k \(folder) -c fsync=on -c synchronous_commit=on -c max_connections=400"
-        try await asServerUser("pg_ctl", ["start", "-D", dataDirectory, "-l", logFile, "-W", "-o", options])
-        let clock = ContinuousClock()
-        let deadline = clock.now + .seconds(60)
-        while true {
-            let ready = try await run(binaries + "/pg_isready", ["-h", folder, "-p", String(port), "-U", "postgres", "-t", "1"], timeout: .seconds(10))
-            if ready.status == 0 { return }
-            // 2: the server refuses (it is not running); 1: it is starting up. A server that
-            // exited (a port taken meanwhile) will never be ready.
-            let status = try await run(binaries + "/pg_ctl", ["status", "-D", dataDirectory], timeout: .seconds(10))
-            if status.status == 3 { throw TestSupportError("PostgreSQL exited while starting:\n\(serverLog())") }
-            if clock.now >= deadline { throw TestSupportError("PostgreSQL was not ready within 60 s:\n\(serverLog())") }
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        try await asServerUser("pg_ctl", ["start", "-D", dataDirectory, "-l", logFile, "-w", "-t", "60", "-o", options])
     }
 
     /// Stops the server: `immediate` is a crash as far as the database is concerned (no
