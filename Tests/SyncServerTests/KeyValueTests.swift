@@ -34,10 +34,10 @@ extension TestHTTP {
 
 /// Sends `request` as it is on a new connection to the server and reads the answer to its
 /// end (the request asks the server to close): for paths no HTTP client sends as written.
-func rawHTTP(port: Int, _ request: String) throws -> (status: Int, body: String) {
+func rawHTTP(port: Int, _ request: String) async throws -> (status: Int, body: String) {
     let connection = try RawConnection(port: port)
     connection.write(request)
-    let (text, closed) = connection.read(within: .seconds(10))
+    let (text, closed) = await connection.read(within: .seconds(10))
     guard closed else { throw TestSupportError("the answer did not end within 10 s: \(text.prefix(200))") }
     guard let statusLine = text.split(separator: "\r\n").first, let status = Int(statusLine.split(separator: " ").dropFirst().first ?? "") else {
         throw TestSupportError("not an HTTP answer: \(text.prefix(200))")
@@ -102,7 +102,7 @@ final class EventQueue: @unchecked Sendable {
             try await expectRefused(try await a.send(.DELETE, APIPath.keyValues(c) + "/"), .kvKeyTooLong, 400, naming: "64", unchanged: before, a, c)
             // HTTP clients will not send these paths as they are: written on a socket.
             for (path, what) in [("/%FF", "not UTF-8"), ("/a%2", "not percent-encoded"), ("/a%zz", "not hex")] {
-                let r = try rawHTTP(port: live.server.port, "PUT \(APIPath.keyValues(c))\(path) HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer \(a.token!)\r\nContent-Length: 1\r\nConnection: close\r\n\r\n1")
+                let r = try await rawHTTP(port: live.server.port, "PUT \(APIPath.keyValues(c))\(path) HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer \(a.token!)\r\nContent-Length: 1\r\nConnection: close\r\n\r\n1")
                 #expect(r.status == 400 && r.body.contains(#""code":"invalid_request""#), "\(what): \(r.status) \(r.body)")
             }
             #expect(try await a.keyValues(c) == before)

@@ -3,7 +3,10 @@ import Glibc
 import TestSupport
 
 /// A TCP connection to the server, written and read by hand.
-final class RawConnection {
+///
+/// Reads wait on a thread of their own: a test's task runs on the few threads every test of
+/// the process shares, and a read blocked there for seconds would stall all of them.
+final class RawConnection: @unchecked Sendable {
     let fd: Int32
 
     init(port: Int, receiveBuffer: Int32? = nil) throws {
@@ -36,8 +39,23 @@ final class RawConnection {
         _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
-    /// What arrives within `wait` (nil: the server closed the connection, after `received`).
-    func read(within wait: Duration) -> (text: String, closed: Bool) {
+    /// What arrives within `wait`, and whether the server closed the connection.
+    func read(within wait: Duration) async -> (text: String, closed: Bool) {
+        await onOwnThread { self.readHere(within: wait) }
+    }
+
+    /// Bytes read until the server closes the connection, or nil past `wait`.
+    func drain(within wait: Duration) async -> Int? {
+        await onOwnThread { self.drainHere(within: wait) }
+    }
+
+    private func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: body()) }
+        }
+    }
+
+    private func readHere(within wait: Duration) -> (text: String, closed: Bool) {
         var collected: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
         let deadline = ContinuousClock.now + wait
@@ -51,8 +69,7 @@ final class RawConnection {
         return (String(decoding: collected, as: UTF8.self), false)
     }
 
-    /// Bytes read until the server closes the connection, or nil past `wait`.
-    func drain(within wait: Duration) -> Int? {
+    private func drainHere(within wait: Duration) -> Int? {
         var total = 0
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         let deadline = ContinuousClock.now + wait
