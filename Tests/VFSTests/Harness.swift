@@ -197,7 +197,12 @@ struct Harness: Sendable {
 
     /// Waits until nothing is queued and every change the server has is applied here.
     func settled(_ what: String = "the upload and its echo") async throws {
-        try await eventually(what) { try await caughtUp() && outbox().isEmpty }
+        var seen = ""
+        try await eventually("\(what) (last seen: \(seen))") {
+            let (applied, latest, queued) = (try appliedCursor(), try await remote.latestCursor().rawValue, try outbox())
+            seen = "applied \(applied ?? "nothing") of \(latest); queued \(queued.map { "\($0.ino): \($0.op)" })"
+            return applied == latest && queued.isEmpty
+        }
     }
 
     /// The names a listing of the folder gives, as the kernel reads them.
