@@ -4,8 +4,8 @@ import PackageDescription
 // Targets are listed top to bottom as in docs/ARCHITECTURE.md: imports point down the list.
 // Heavy dependencies have few importers: GRDB -> ServerStorage, LocalState and MetadataIndex
 // (the SQL functions of compiled queries), PostgresNIO -> PostgresStorage, Hummingbird -> SyncServer and MountDaemon (the
-// control socket), AsyncHTTPClient -> SyncClient and TestSupport, ArgumentParser -> the
-// executables, Prometheus -> SyncServer, ubiq-server and MountDaemon.
+// control socket), AsyncHTTPClient -> SyncClient, S3Client, S3BlobStore and TestSupport,
+// ArgumentParser -> the executables, Prometheus -> SyncServer, ubiq-server and MountDaemon.
 let package = Package(
     name: "ubiq",
     platforms: [.macOS(.v14)],
@@ -87,7 +87,17 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .target(name: "SyncService", dependencies: ["ServerStorage", "SyncAPI", "ItemModel"]),
+        // Blobs in an S3 bucket: the BlobStore conformance over S3Client.
+        .target(
+            name: "S3BlobStore",
+            dependencies: [
+                "ServerStorage", "S3Client", "ItemModel",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .target(name: "SyncService", dependencies: ["ServerStorage", "SyncAPI", "ItemModel", .product(name: "NIOCore", package: "swift-nio")]),
         // The metadata stores of ServerStorage over PostgreSQL: another backend behind the same seams.
         .target(
             name: "PostgresStorage",
@@ -102,6 +112,7 @@ let package = Package(
             dependencies: [
                 "ItemModel", "PageCache", "SchemaEdit",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
@@ -144,6 +155,16 @@ let package = Package(
         ),
         .target(name: "SchemaEdit", dependencies: [.product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "SyncAPI", dependencies: ["ItemModel"]),
+        // The S3 REST operations with SigV4 signing, over AsyncHTTPClient; knows nothing of ubiq.
+        .target(
+            name: "S3Client",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         .target(name: "PageCache"),
         .target(name: "DataFolderLock"),
         .target(name: "FuseKit", dependencies: ["CFuse3", "MountInfo"]),
@@ -156,7 +177,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "ServerStorage", "PostgresStorage", "SyncService", "SyncAPI", "ItemModel", "SyncEngine",
+                "ServerStorage", "PostgresStorage", "SyncService", "SyncAPI", "ItemModel", "SyncEngine", "S3BlobStore", "S3Client",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -181,7 +202,15 @@ let package = Package(
         .testTarget(
             name: "ServerStorageTests",
             // GRDB: to make a database as an earlier version left it, and migrate it.
-            dependencies: ["ServerStorage", "PostgresStorage", "TestSupport", "ItemModel", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: ["ServerStorage", "PostgresStorage", "TestSupport", "ItemModel", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .testTarget(
+            name: "S3Tests",
+            dependencies: [
+                "S3Client", "S3BlobStore", "ServerStorage", "SyncService", "SyncAPI", "TestSupport", "ItemModel",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         .testTarget(
             name: "SyncClientTests",

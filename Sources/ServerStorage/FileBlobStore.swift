@@ -4,6 +4,7 @@ import Glibc
 import Crypto
 import Foundation
 import ItemModel
+import NIOCore
 import PageCache
 
 public enum BlobStoreError: Error, Sendable, Equatable {
@@ -12,6 +13,9 @@ public enum BlobStoreError: Error, Sendable, Equatable {
     case io(operation: String, errno: Int32)
     case digestMismatch(declared: ContentDigest, actual: ContentDigest)
     case notFound(ContentDigest)
+    /// A store across a network (S3) failed or refused: what it was doing, and its answer (an
+    /// S3 error code and HTTP status) or why there was none.
+    case remote(operation: String, detail: String)
 }
 
 /// The embedded default for content: one file per SHA-256 under `DIR/blobs/ab/abcdef…`.
@@ -19,6 +23,9 @@ public enum BlobStoreError: Error, Sendable, Equatable {
 /// A blob is written to `DIR/blobs/tmp/`, hashed as it arrives, then fsynced, renamed into
 /// place and its folder fsynced, all before `commit` returns: an acknowledged upload survives
 /// `kill -9` and power loss. A half-written temp file is never visible under a digest.
+///
+/// Synchronous inside: its async functions do their file I/O on the calling thread, as before
+/// the seam became async, except the commit's fsyncs (see `commit`).
 public final class FileBlobStore: BlobStore, Sendable {
     public let root: String
     /// The root folder, held open: blobs are opened relative to it, so a read does not walk
@@ -55,14 +62,14 @@ public final class FileBlobStore: BlobStore, Sendable {
         "\(digest.hex.prefix(2))/\(digest.hex)"
     }
 
-    public func makeWriter() throws -> any BlobWriter {
+    public func makeWriter() async throws -> any BlobWriter {
         let path = "\(root)/tmp/\(ItemID.random().rawValue)"
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw ioError("create", errno) }  // out of space or of inodes: 507
         return FileBlobWriter(store: self, fd: fd, tempPath: path)
     }
 
-    public func size(of digest: ContentDigest) throws -> Int64? {
+    public func size(of digest: ContentDigest) async throws -> Int64? {
         if digest == .empty { return 0 }
         var st = stat()
         guard fstatat(rootFD, relativePath(of: digest), &st, 0) == 0 else {
@@ -72,7 +79,7 @@ public final class FileBlobStore: BlobStore, Sendable {
         return Int64(st.st_size)
     }
 
-    public func openReader(_ digest: ContentDigest) throws -> any BlobReader {
+    public func openReader(_ digest: ContentDigest) async throws -> any BlobReader {
         if digest == .empty { return EmptyBlobReader() }
         let fd = openat(rootFD, relativePath(of: digest), O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
@@ -84,7 +91,7 @@ public final class FileBlobStore: BlobStore, Sendable {
         return FileBlobReader(fd: fd, size: Int64(st.st_size))
     }
 
-    public func digests(writtenBefore cutoff: Timestamp) throws -> [ContentDigest] {
+    public func digests(writtenBefore cutoff: Timestamp) async throws -> [ContentDigest] {
         var out: [ContentDigest] = []
         guard let top = opendir(root) else { throw BlobStoreError.io(operation: "opendir", errno: errno) }
         defer { closedir(top) }
@@ -105,7 +112,7 @@ public final class FileBlobStore: BlobStore, Sendable {
         return out
     }
 
-    public func remove(_ digest: ContentDigest) throws {
+    public func remove(_ digest: ContentDigest) async throws {
         guard digest != .empty else { return }
         if unlinkat(rootFD, relativePath(of: digest), 0) != 0 && errno != ENOENT {
             throw BlobStoreError.io(operation: "unlink", errno: errno)
@@ -128,12 +135,13 @@ func ioError(_ operation: String, _ code: Int32) -> BlobStoreError {
     code == ENOSPC || code == EDQUOT ? .noSpace : .io(operation: operation, errno: code)
 }
 
-/// Owned by one upload at a time; not shared between tasks.
+/// Owned by one upload at a time; not shared between tasks (unchecked: it moves to a dispatch
+/// thread for the commit while its request waits for it).
 ///
 /// The bytes are hashed on the caller's thread while a thread of the writer's own writes them
 /// to the file (`FileWrites`): on this machine hashing a GiB takes 1.2 s of one core and
 /// writing it 0.8 s of another, one after the other 2.4 s a GiB, side by side about half that.
-final class FileBlobWriter: BlobWriter {
+final class FileBlobWriter: BlobWriter, @unchecked Sendable {
     let store: FileBlobStore
     let tempPath: String
     var hasher = SHA256()
@@ -147,32 +155,41 @@ final class FileBlobWriter: BlobWriter {
         self.tempPath = tempPath
     }
 
-    func write(_ bytes: UnsafeRawBufferPointer) throws {
-        try writes.enqueue(bytes, at: bytesWritten)
-        hasher.update(bufferPointer: bytes)
-        bytesWritten += Int64(bytes.count)
+    func write(_ buffer: ByteBuffer) async throws {
+        try await writes.enqueue(buffer, at: bytesWritten)
+        buffer.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
+        bytesWritten += Int64(buffer.readableBytes)
     }
 
-    func commit(expecting expected: ContentDigest?) throws -> (digest: ContentDigest, size: Int64) {
+    /// Commits on a dispatch thread. The commit waits for two fsyncs (about a millisecond each
+    /// here), and the caller's task may run on a server's event loop: waiting there would stall
+    /// every other request of that loop; on other threads the syncs overlap.
+    func commit(expecting expected: ContentDigest?) async throws -> (digest: ContentDigest, size: Int64) {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try self.commitHere(expecting: expected) }) }
+        }
+    }
+
+    func commitHere(expecting expected: ContentDigest?) throws -> (digest: ContentDigest, size: Int64) {
         let digest = ContentDigest(hasher.finalize())
         if let expected, expected != digest {
-            abort()
+            abortHere()
             throw BlobStoreError.digestMismatch(declared: expected, actual: digest)
         }
         do { try writes.finish(sync: true) } catch {
-            abort()
+            abortHere()
             throw error
         }
         let shard = "\(store.root)/\(digest.hex.prefix(2))"
         if mkdir(shard, 0o700) != 0 && errno != EEXIST {
             let code = errno
-            abort()
+            abortHere()
             throw ioError("mkdir", code)
         }
         // Same digest, same bytes: renaming over an existing blob is harmless.
         guard rename(tempPath, store.path(of: digest)) == 0 else {
             let code = errno
-            abort()
+            abortHere()
             throw ioError("rename", code)
         }
         finished = true
@@ -180,17 +197,19 @@ final class FileBlobWriter: BlobWriter {
         return (digest, bytesWritten)
     }
 
-    func abort() {
+    func abort() async { abortHere() }
+
+    func abortHere() {
         guard !finished else { return }
         finished = true
         try? writes.finish(sync: false)
         unlink(tempPath)
     }
 
-    deinit { abort() }
+    deinit { abortHere() }
 }
 
-// Unchecked: `closed` is touched only by the one stream that owns the reader.
+// Unchecked: `closed` and `passStart` are touched only by the one stream that owns the reader.
 final class FileBlobReader: BlobReader, @unchecked Sendable {
     let fd: Int32
     let size: Int64
@@ -201,6 +220,25 @@ final class FileBlobReader: BlobReader, @unchecked Sendable {
     init(fd: Int32, size: Int64) {
         self.fd = fd
         self.size = size
+    }
+
+    func read(_ range: Range<Int64>, firstChunkSize: Int, chunkSize: Int, into sink: (ByteBuffer) async throws -> Void) async throws {
+        guard range.lowerBound >= 0, range.upperBound <= size else { throw BlobStoreError.io(operation: "read past the end", errno: EINVAL) }
+        let allocator = ByteBufferAllocator()
+        var offset = range.lowerBound
+        var chunk = firstChunkSize
+        while offset < range.upperBound {
+            let want = Int(min(Int64(chunk), range.upperBound - offset))
+            var buffer = allocator.buffer(capacity: want)
+            let got = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want) { ptr in
+                try read(at: offset, into: UnsafeMutableRawBufferPointer(rebasing: ptr[0..<want]))
+            }
+            // The file is shorter than its size said: it changed under the store.
+            if got == 0 { throw BlobStoreError.io(operation: "read: the content ended early", errno: EIO) }
+            offset += Int64(got)
+            try await sink(buffer)
+            chunk = chunkSize
+        }
     }
 
     func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
@@ -232,53 +270,73 @@ public final class DataBlobReader: BlobReader, Sendable {
     let data: Data
     public init(_ data: Data) { self.data = data }
     public var size: Int64 { Int64(data.count) }
-    public func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        guard offset >= 0, offset < Int64(data.count) else { return 0 }
-        let start = Int(offset), n = min(buffer.count, data.count - start)
-        data.withUnsafeBytes { bytes in buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[start..<(start + n)])) }
-        return n
+    public func read(_ range: Range<Int64>, firstChunkSize: Int, chunkSize: Int, into sink: (ByteBuffer) async throws -> Void) async throws {
+        guard range.lowerBound >= 0, range.upperBound <= size else { throw BlobStoreError.io(operation: "read past the end", errno: EINVAL) }
+        var offset = Int(range.lowerBound)
+        var chunk = firstChunkSize
+        while offset < Int(range.upperBound) {
+            let n = min(chunk, Int(range.upperBound) - offset)
+            try await sink(ByteBuffer(bytes: data[(data.startIndex + offset)..<(data.startIndex + offset + n)]))
+            offset += n
+            chunk = chunkSize
+        }
     }
     public func close() {}
 }
 
-final class EmptyBlobReader: BlobReader, Sendable {
-    var size: Int64 { 0 }
-    func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int { 0 }
-    func close() {}
+public final class EmptyBlobReader: BlobReader, Sendable {
+    public init() {}
+    public var size: Int64 { 0 }
+    public func read(_ range: Range<Int64>, firstChunkSize: Int, chunkSize: Int, into sink: (ByteBuffer) async throws -> Void) async throws {
+        guard range.isEmpty, range.lowerBound == 0 else { throw BlobStoreError.io(operation: "read past the end", errno: EINVAL) }
+    }
+    public func close() {}
 }
 
 /// Writes chunks to a file, in order, on a thread of its own, with at most `limit` bytes
 /// waiting: the caller hands a chunk over and goes on (to hash it) while the last ones are
-/// written. A failed write is reported by the next `enqueue` or by `finish`.
+/// written, and waits (suspended, never blocking its thread: it may be an event loop's) while
+/// the queue is full. A failed write is reported by the next `enqueue` or by `finish`.
 final class FileWrites: @unchecked Sendable {
-    // Guarded by `condition`: queue, queuedBytes, failure, closing; `fd` is the thread's alone
-    // until `finish` has joined it.
+    // Guarded by `condition`: queue, queuedBytes, failure, closing, done, roomWaiter; `fd` is
+    // the thread's alone until `finish` has seen it end.
     private let condition = NSCondition()
-    private var queue: [(bytes: [UInt8], offset: Int64)] = []
+    private var queue: [(bytes: ByteBuffer, offset: Int64)] = []
     private var queuedBytes = 0
     private var failure: BlobStoreError?
     private var closing = false
     private var done = false
+    /// The one enqueuer waiting for room (a writer has one caller at a time).
+    private var roomWaiter: CheckedContinuation<Bool, any Error>?
     private var fd: Int32
-    private var thread: Thread?
     static let limit = 16 << 20
 
     init(fd: Int32) {
         self.fd = fd
         let thread = Thread { [unowned self] in self.run() }
         thread.name = "blob-writes"
-        self.thread = thread
         thread.start()
     }
 
-    func enqueue(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
+    func enqueue(_ bytes: ByteBuffer, at offset: Int64) async throws {
+        while try await withCheckedThrowingContinuation({ offer(bytes, at: offset, answering: $0) }) == false {}
+    }
+
+    /// Queues the chunk and answers true; or, the queue being full, keeps the continuation and
+    /// answers false once a write made room (the caller offers again); or throws the failure.
+    private func offer(_ bytes: ByteBuffer, at offset: Int64, answering continuation: CheckedContinuation<Bool, any Error>) {
         condition.lock()
         defer { condition.unlock() }
-        while queuedBytes > 0 && queuedBytes + bytes.count > Self.limit && failure == nil { condition.wait() }
-        if let failure { throw failure }
-        queue.append((Array(bytes), offset))
-        queuedBytes += bytes.count
-        condition.broadcast()
+        if let failure {
+            continuation.resume(throwing: failure)
+        } else if queuedBytes == 0 || queuedBytes + bytes.readableBytes <= Self.limit {
+            queue.append((bytes, offset))
+            queuedBytes += bytes.readableBytes
+            condition.broadcast()
+            continuation.resume(returning: true)
+        } else {
+            roomWaiter = continuation
+        }
     }
 
     /// Waits for every chunk to be written, then (with `sync`) makes the file durable, and
@@ -313,17 +371,21 @@ final class FileWrites: @unchecked Sendable {
             condition.unlock()
             let error = failed ? nil : Self.write(bytes, at: offset, to: fd)
             condition.lock()
-            queuedBytes -= bytes.count
+            queuedBytes -= bytes.readableBytes
             if let error, failure == nil { failure = error }
+            let waiter = roomWaiter
+            roomWaiter = nil
             condition.broadcast()
             condition.unlock()
+            waiter?.resume(returning: false)
         }
     }
 
-    static func write(_ bytes: [UInt8], at offset: Int64, to fd: Int32) -> BlobStoreError? {
+    static func write(_ bytes: ByteBuffer, at offset: Int64, to fd: Int32) -> BlobStoreError? {
+        let count = bytes.readableBytes
         var written = 0
-        while written < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.pwrite(fd, $0.baseAddress! + written, $0.count - written, off_t(offset) + off_t(written)) }
+        while written < count {
+            let n = bytes.withUnsafeReadableBytes { Glibc.pwrite(fd, $0.baseAddress! + written, count - written, off_t(offset) + off_t(written)) }
             if n < 0 {
                 if errno == EINTR { continue }
                 return ioError("write", errno)
@@ -333,7 +395,7 @@ final class FileWrites: @unchecked Sendable {
         // Writeback starts as the blob arrives, not at the commit's fsync, which then waits for
         // the last blocks only (a 1 GiB upload's fsync took 0.5 to 0.9 s); and the pages,
         // written, are released (see DropBehind): the blob goes to the device, not to memory.
-        DropBehind.afterRead(fd: fd, range: offset..<(offset + Int64(bytes.count)))
+        DropBehind.afterRead(fd: fd, range: offset..<(offset + Int64(count)))
         return nil
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import ItemModel
+import NIOCore
 
 // The server's storage, behind these seams so that other backends (PostgreSQL for metadata and
 // the change log, an S3-compatible store for blobs) can join without SyncServer changing.
@@ -339,33 +340,50 @@ public protocol KeyValueStore: Sendable {
 }
 
 /// Content, addressed by SHA-256.
+///
+/// Asynchronous, because a store may be across a network (S3); bytes travel as `ByteBuffer`s,
+/// so that a chunk goes from the socket to the store and from the store to the socket without a
+/// copy.
 public protocol BlobStore: Sendable {
     /// Starts a new blob. Nothing is visible until `commit` verifies the digest.
-    func makeWriter() throws -> any BlobWriter
-    func size(of digest: ContentDigest) throws -> Int64?
-    func openReader(_ digest: ContentDigest) throws -> any BlobReader
+    func makeWriter() async throws -> any BlobWriter
+    func size(of digest: ContentDigest) async throws -> Int64?
+    func openReader(_ digest: ContentDigest) async throws -> any BlobReader
     /// The blobs last written before `cutoff`.
-    func digests(writtenBefore cutoff: Timestamp) throws -> [ContentDigest]
+    func digests(writtenBefore cutoff: Timestamp) async throws -> [ContentDigest]
     /// Deletes the blob; one that is not there is no error.
-    func remove(_ digest: ContentDigest) throws
+    func remove(_ digest: ContentDigest) async throws
 }
 
+/// Owned by one upload at a time; not shared between tasks.
 public protocol BlobWriter: AnyObject {
     var bytesWritten: Int64 { get }
-    func write(_ bytes: UnsafeRawBufferPointer) throws
-    /// Verifies the digest when one is expected, then makes the blob durable (fsync, rename,
-    /// fsync of the folder) before returning. On a mismatch nothing is stored.
-    func commit(expecting: ContentDigest?) throws -> (digest: ContentDigest, size: Int64)
-    /// Drops what was written. Safe to call after a failed commit; a no-op after a good one.
-    func abort()
+    func write(_ bytes: ByteBuffer) async throws
+    /// Verifies the digest when one is expected, then makes the blob durable before returning
+    /// (the file store: fsync, rename, fsync of the folder; S3: the object acknowledged under its
+    /// digest). On a mismatch nothing is stored.
+    func commit(expecting: ContentDigest?) async throws -> (digest: ContentDigest, size: Int64)
+    /// Drops what was written. Safe to call after a failed commit; a no-op after a good one. A
+    /// writer dropped without a commit or an abort cleans up after itself too, later.
+    func abort() async
 }
 
 /// Owned by one response stream at a time; `Sendable` so it can move into that stream.
 public protocol BlobReader: AnyObject, Sendable {
     var size: Int64 { get }
-    /// Reads up to `buffer.count` bytes at `offset`; returns how many were read (0 at the end).
-    func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+    /// Hands the bytes of `range` to `sink` in order, in chunks of at most `chunkSize` bytes (the
+    /// first at most `firstChunkSize`), each awaited before the next is read: a slow receiver
+    /// holds the reading back. Delivers exactly `range.count` bytes or throws. A range must lie
+    /// within the blob.
+    func read(_ range: Range<Int64>, firstChunkSize: Int, chunkSize: Int, into sink: (ByteBuffer) async throws -> Void) async throws
     func close()
+}
+
+extension BlobReader {
+    /// `read` in chunks of one size.
+    public func read(_ range: Range<Int64>, chunkSize: Int, into sink: (ByteBuffer) async throws -> Void) async throws {
+        try await read(range, firstChunkSize: chunkSize, chunkSize: chunkSize, into: sink)
+    }
 }
 
 /// The server's storage: everything SyncServer needs, in one value.

@@ -41,14 +41,16 @@ extension SyncServer {
     func uploadBlob(_ request: Request, _ context: ServerContext) async throws -> Response {
         let account = try context.requireAccount()
         let declared = try blobDigest(context)
-        let upload = try service.beginUpload(declared, length: request.headers[.contentLength].flatMap { Int64($0) }, for: account)
+        let upload = try await service.beginUpload(declared, length: request.headers[.contentLength].flatMap { Int64($0) }, for: account)
         do {
             for try await buffer in request.body {
-                try buffer.withUnsafeReadableBytes { try upload.write($0) }
+                try await upload.write(buffer)
             }
         } catch let error as APIError {
+            await upload.abort()
             throw error
         } catch {
+            await upload.abort()
             // The client stopped sending before the end of its body.
             throw APIError(.invalidRequest, "the body ended before its declared length; nothing was stored")
         }
@@ -91,20 +93,10 @@ extension SyncServer {
             defer { reader.close() }
             // A small first chunk gets the first bytes to the client quickly (a placeholder's
             // open waits for them); then 1 MiB chunks, where per-chunk overhead vanishes.
-            var chunk = 16 * 1024
-            var offset = span.lowerBound
-            let allocator = ByteBufferAllocator()
-            while offset <= span.upperBound {
-                let want = Int(min(Int64(chunk), span.upperBound - offset + 1))
-                var buffer = allocator.buffer(capacity: want)
-                let got = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: want) { ptr in
-                    try reader.read(at: offset, into: UnsafeMutableRawBufferPointer(rebasing: ptr[0..<want]))
-                }
-                if got == 0 { throw APIError(.internalError, "content ended early") }
-                offset += Int64(got)
+            try await reader.read(span.lowerBound..<(span.upperBound + 1), firstChunkSize: 16 * 1024, chunkSize: 1 << 20) { buffer in
+                let sent = buffer.readableBytes
                 try await writer.write(buffer)
-                ContentBytes.sent.increment(by: got)
-                chunk = 1 << 20
+                ContentBytes.sent.increment(by: sent)
             }
             try await writer.finish(nil)
         }

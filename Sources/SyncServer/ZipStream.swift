@@ -67,16 +67,9 @@ struct ZipStream {
             var crc = CRC32()
             let reader = try await open(member.digest)
             defer { reader.close() }
-            var position: Int64 = 0
-            while position < member.size {
-                let want = Int(min(Int64(1 << 20), member.size - position))
-                var chunk = allocator.buffer(capacity: want)
-                let got = try chunk.writeWithUnsafeMutableBytes(minimumWritableBytes: want) { ptr in
-                    try reader.read(at: position, into: UnsafeMutableRawBufferPointer(rebasing: ptr[0..<want]))
-                }
-                guard got > 0 else { throw ZipStreamError.contentEndedEarly(member.name) }
+            guard reader.size >= member.size else { throw ZipStreamError.contentEndedEarly(member.name) }
+            try await reader.read(0..<member.size, chunkSize: 1 << 20) { chunk in
                 chunk.withUnsafeReadableBytes { crc.update($0) }
-                position += Int64(got)
                 try await emit(chunk)
             }
 

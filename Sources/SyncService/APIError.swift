@@ -74,6 +74,7 @@ extension APIError {
         case .digestMismatch(let declared, let actual):
             self.init(.digestMismatch, "declared digest \(declared) but the body hashes to \(actual); nothing was stored")
         case .notFound(let d): self.init(.blobNotFound, "no content with digest \(d)")
+        case .remote(let op, let detail): self.init(.internalError, "the blob store failed during \(op): \(detail)")
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import ItemModel
+import NIOCore
 import ServerStorage
 import SyncAPI
 
@@ -23,7 +24,7 @@ extension SyncService {
     public func collectBlobs(grantedBefore cutoff: Timestamp) async throws -> Int {
         _ = try await storage.metadata.forgetUnreferencedBlobs(grantedBefore: cutoff)
         var removed = 0
-        for digest in try storage.blobs.digests(writtenBefore: cutoff) where try await removeUnlessGranted(digest) {
+        for digest in try await storage.blobs.digests(writtenBefore: cutoff) where try await removeUnlessGranted(digest) {
             removed += 1
         }
         return removed
@@ -35,7 +36,7 @@ extension SyncService {
         let storage = self.storage
         return try await blobGate.holding(digest) { () async throws -> Bool in
             guard try await !storage.metadata.isGranted(digest) else { return false }
-            try storage.blobs.remove(digest)
+            try await storage.blobs.remove(digest)
             return true
         }
     }
@@ -44,7 +45,7 @@ extension SyncService {
     /// grant (`grantedSize`), or a live item of the account's container that names it.
     public func openContent(_ digest: ContentDigest) async throws -> any BlobReader {
         do {
-            return try storage.blobs.openReader(digest)
+            return try await storage.blobs.openReader(digest)
         } catch BlobStoreError.notFound(let missing) {
             // A small content that came with a batch of creates is kept by the metadata store.
             guard let data = try await storage.metadata.inlineContent(digest) else { throw APIError(BlobStoreError.notFound(missing)) }
@@ -56,21 +57,25 @@ extension SyncService {
 
     /// Starts an upload of content declared to hash to `declared`; `length` is the size the
     /// sender announced, if it did. Nothing is stored until `ContentUpload.finish`.
-    public func beginUpload(_ declared: ContentDigest, length: Int64?, for account: AccountRef) throws -> ContentUpload {
+    public func beginUpload(_ declared: ContentDigest, length: Int64?, for account: AccountRef) async throws -> ContentUpload {
         if let length, length > maxUploadBytes {
             throw APIError(.payloadTooLarge, "the body is \(length) bytes; this server accepts at most \(maxUploadBytes)")
         }
-        return ContentUpload(service: self, declared: declared, account: account, writer: try blobWriter())
+        return ContentUpload(service: self, declared: declared, account: account, writer: try await blobWriter())
     }
 
     /// Stores content sent inline with a create or an update, exactly as an upload of it
     /// would: hashed against the declared digest, durable, then given to the account.
     func storeInline(_ content: Data, declared: ContentDigest, for account: AccountRef) async throws {
         guard content.count <= SyncProtocol.maxInlineContent else { throw Self.inlineTooLarge }
-        let writer = try blobWriter()
-        defer { writer.abort() }
-        do { try content.withUnsafeBytes { try writer.write($0) } } catch let error as BlobStoreError { throw APIError(error) }
-        try await commitAndGrant(writer, expecting: declared, to: account)
+        let writer = try await blobWriter()
+        do {
+            do { try await writer.write(ByteBuffer(bytes: content)) } catch let error as BlobStoreError { throw APIError(error) }
+            try await commitAndGrant(writer, expecting: declared, to: account)
+        } catch {
+            await writer.abort()
+            throw error
+        }
     }
 
     /// Makes the blob durable, then gives the account its use, with the blob's gate held
@@ -80,7 +85,7 @@ extension SyncService {
         let owned = OwnedWriter(writer: writer)
         let storage = self.storage
         return try await blobGate.holding(declared) {
-            let (digest, size) = try await Self.commit(owned, expecting: declared)
+            let (digest, size) = try await Self.commit(owned.writer, expecting: declared)
             try await storage.metadata.recordBlob(digest, size: size, for: account)
             return (digest, size)
         }
@@ -89,29 +94,21 @@ extension SyncService {
     static let inlineTooLarge = APIError(
         .payloadTooLarge, "inline content is at most \(SyncProtocol.maxInlineContent) bytes; upload it as a blob")
 
-    func blobWriter() throws -> any BlobWriter {
-        do { return try storage.blobs.makeWriter() } catch let error as BlobStoreError { throw APIError(error) }
+    func blobWriter() async throws -> any BlobWriter {
+        do { return try await storage.blobs.makeWriter() } catch let error as BlobStoreError { throw APIError(error) }
     }
 
-    /// Commits a blob on a dispatch thread. The commit waits for two fsyncs (about a
-    /// millisecond each here), and the caller's tasks may run on a server's event loops:
-    /// waiting there would stall every other request of that loop; on other threads the syncs
-    /// overlap.
-    static func commit(_ owned: OwnedWriter, expecting declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
+    static func commit(_ writer: any BlobWriter, expecting declared: ContentDigest) async throws -> (digest: ContentDigest, size: Int64) {
         do {
-            return try await withCheckedThrowingContinuation { continuation in
-                DispatchQueue.global().async {
-                    continuation.resume(with: Result { try owned.writer.commit(expecting: declared) })
-                }
-            }
+            return try await writer.commit(expecting: declared)
         } catch let error as BlobStoreError {
             throw APIError(error)
         }
     }
 }
 
-/// A writer on its way to another thread: it belongs to one request alone, which waits for
-/// it to come back.
+/// A writer on its way into the blob's gate: it belongs to one request alone, which waits for
+/// the gate's body to finish with it.
 struct OwnedWriter: @unchecked Sendable {
     let writer: any BlobWriter
 }
@@ -130,19 +127,26 @@ public final class ContentUpload {
         self.writer = writer
     }
 
-    deinit { writer.abort() }
-
-    public func write(_ bytes: UnsafeRawBufferPointer) throws {
-        if writer.bytesWritten + Int64(bytes.count) > service.maxUploadBytes {
+    public func write(_ bytes: ByteBuffer) async throws {
+        if writer.bytesWritten + Int64(bytes.readableBytes) > service.maxUploadBytes {
             throw APIError(.payloadTooLarge, "the body is larger than \(service.maxUploadBytes) bytes; nothing was stored")
         }
-        do { try writer.write(bytes) } catch let error as BlobStoreError { throw APIError(error) }
+        do { try await writer.write(bytes) } catch let error as BlobStoreError { throw APIError(error) }
     }
+
+    /// Drops what was written: for an upload that failed or was refused (a writer dropped
+    /// without it cleans up too, but later).
+    public func abort() async { await writer.abort() }
 
     /// Checks the bytes against the declared digest, makes them durable, and only then gives
     /// the account the use of them: an acknowledged upload survives a crash.
     public func finish() async throws -> BlobInfo {
-        let (digest, size) = try await service.commitAndGrant(writer, expecting: declared, to: account)
-        return BlobInfo(digest: digest, size: size)
+        do {
+            let (digest, size) = try await service.commitAndGrant(writer, expecting: declared, to: account)
+            return BlobInfo(digest: digest, size: size)
+        } catch {
+            await writer.abort()
+            throw error
+        }
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import ItemModel
+import NIOCore
 import ServerStorage
 import Synchronization
 
@@ -14,17 +15,17 @@ public final class InMemoryBlobStore: BlobStore, Sendable {
 
     public init() {}
 
-    public func makeWriter() throws -> any BlobWriter { Writer(store: self) }
+    public func makeWriter() async throws -> any BlobWriter { Writer(store: self) }
 
-    public func size(of digest: ContentDigest) throws -> Int64? {
+    public func size(of digest: ContentDigest) async throws -> Int64? {
         if digest == .empty { return 0 }
         return blobs.withLock { $0[digest].map { Int64($0.bytes.count) } }
     }
 
-    public func openReader(_ digest: ContentDigest) throws -> any BlobReader {
+    public func openReader(_ digest: ContentDigest) async throws -> any BlobReader {
         let bytes = digest == .empty ? [] : blobs.withLock { $0[digest]?.bytes }
         guard let bytes else { throw BlobStoreError.notFound(digest) }
-        return Reader(bytes: bytes)
+        return DataBlobReader(Data(bytes))
     }
 
     public var count: Int { blobs.withLock { $0.count } }
@@ -36,11 +37,11 @@ public final class InMemoryBlobStore: BlobStore, Sendable {
         return copy
     }
 
-    public func digests(writtenBefore cutoff: Timestamp) throws -> [ContentDigest] {
+    public func digests(writtenBefore cutoff: Timestamp) async throws -> [ContentDigest] {
         blobs.withLock { $0.filter { $0.value.written < cutoff }.map(\.key) }
     }
 
-    public func remove(_ digest: ContentDigest) throws {
+    public func remove(_ digest: ContentDigest) async throws {
         _ = blobs.withLock { $0.removeValue(forKey: digest) }
     }
 
@@ -50,30 +51,15 @@ public final class InMemoryBlobStore: BlobStore, Sendable {
         var bytesWritten: Int64 { Int64(bytes.count) }
         init(store: InMemoryBlobStore) { self.store = store }
 
-        func write(_ buffer: UnsafeRawBufferPointer) throws { bytes.append(contentsOf: buffer) }
+        func write(_ buffer: ByteBuffer) async throws { bytes.append(contentsOf: buffer.readableBytesView) }
 
-        func commit(expecting expected: ContentDigest?) throws -> (digest: ContentDigest, size: Int64) {
+        func commit(expecting expected: ContentDigest?) async throws -> (digest: ContentDigest, size: Int64) {
             let digest = ContentDigest.of(bytes)
             if let expected, expected != digest { throw BlobStoreError.digestMismatch(declared: expected, actual: digest) }
             store.blobs.withLock { $0[digest] = Stored(bytes: bytes, written: WallClock.now()) }
             return (digest, Int64(bytes.count))
         }
 
-        func abort() { bytes = [] }
-    }
-
-    final class Reader: BlobReader, Sendable {
-        let bytes: [UInt8]
-        init(bytes: [UInt8]) { self.bytes = bytes }
-        var size: Int64 { Int64(bytes.count) }
-        func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-            guard offset < bytes.count else { return 0 }
-            let n = min(buffer.count, bytes.count - Int(offset))
-            bytes.withUnsafeBytes { src in
-                buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[Int(offset)..<(Int(offset) + n)]))
-            }
-            return n
-        }
-        func close() {}
+        func abort() async { bytes = [] }
     }
 }

@@ -12,14 +12,16 @@ public final class RunningProcess: @unchecked Sendable {
     private var ended = false
     let process = Process()
 
-    public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws {
+    /// `standardInput`: a pipe whose write end the caller keeps (a child that stops when its
+    /// input ends then stops with this process); nothing to read by default.
+    public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil, standardInput: Pipe? = nil) throws {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         if let environment { process.environment = environment }
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
-        process.standardInput = FileHandle.nullDevice
+        process.standardInput = standardInput ?? FileHandle.nullDevice
         try process.run()
         // Each pipe on a thread of its own, never a blocking read in a task (see `PipeCollector`).
         let stdout = out.fileHandleForReading, stderr = err.fileHandleForReading

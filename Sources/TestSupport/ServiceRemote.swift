@@ -1,5 +1,6 @@
 import Foundation
 import ItemModel
+import NIOCore
 import ServerStorage
 import Synchronization
 import SyncAPI
@@ -121,15 +122,10 @@ public final class ServiceRemote: RemoteStore, Sendable {
             }
             span = range.lowerBound..<min(range.upperBound, reader.size)
         }
-        var buffer = [UInt8](repeating: 0, count: chunkSize)
-        var offset = span.lowerBound
-        while offset < span.upperBound {
+        if Task.isCancelled { throw RemoteError.unreachable("cancelled") }
+        try await reader.read(span, chunkSize: chunkSize) { chunk in
+            try chunk.withUnsafeReadableBytes { try receive($0) }
             if Task.isCancelled { throw RemoteError.unreachable("cancelled") }
-            let want = Int(min(Int64(chunkSize), span.upperBound - offset))
-            let got = try buffer.withUnsafeMutableBytes { try reader.read(at: offset, into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<want])) }
-            guard got > 0 else { throw RemoteError.protocolError("the content ended early") }
-            try buffer.withUnsafeBytes { try receive(UnsafeRawBufferPointer(rebasing: $0[0..<got])) }
-            offset += Int64(got)
         }
     }
 
@@ -142,14 +138,19 @@ public final class ServiceRemote: RemoteStore, Sendable {
         guard let handle = FileHandle(forReadingAtPath: path) else { throw RemoteError.protocolError("cannot read \(path)") }
         defer { try? handle.close() }
         try await answer {
-            let upload = try service.beginUpload(digest, length: size, for: account)
-            var sent: Int64 = 0
-            while sent < size, let data = try handle.read(upToCount: Int(min(1 << 20, size - sent))), !data.isEmpty {
-                try data.withUnsafeBytes { try upload.write($0) }
-                sent += Int64(data.count)
-                progress(sent)
+            let upload = try await service.beginUpload(digest, length: size, for: account)
+            do {
+                var sent: Int64 = 0
+                while sent < size, let data = try handle.read(upToCount: Int(min(1 << 20, size - sent))), !data.isEmpty {
+                    try await upload.write(ByteBuffer(bytes: data))
+                    sent += Int64(data.count)
+                    progress(sent)
+                }
+                _ = try await upload.finish()
+            } catch {
+                await upload.abort()
+                throw error
             }
-            _ = try await upload.finish()
         }
     }
 

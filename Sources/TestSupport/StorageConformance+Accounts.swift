@@ -1,5 +1,6 @@
 import Foundation
 import ItemModel
+import NIOCore
 import ServerStorage
 
 extension StorageConformance {
@@ -37,9 +38,9 @@ extension StorageConformance {
             let bob = try await s.addAccount(name: "bob", passwordHash: "h")
             let bobs = try await f.m.container(.default, of: bob, create: true)!
             func blob(_ text: String, for accounts: [AccountRef]) async throws -> ContentDigest {
-                let writer = try f.storage.blobs.makeWriter()
-                try Array(text.utf8).withUnsafeBytes { try writer.write($0) }
-                let (digest, size) = try writer.commit(expecting: nil)
+                let writer = try await f.storage.blobs.makeWriter()
+                try await writer.write(ByteBuffer(string: text))
+                let (digest, size) = try await writer.commit(expecting: nil)
                 for a in accounts { try await f.m.recordBlob(digest, size: size, for: a) }
                 return digest
             }

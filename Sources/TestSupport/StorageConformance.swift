@@ -1,6 +1,8 @@
 import Foundation
 import ItemModel
+import NIOCore
 import PostgresStorage
+import S3BlobStore
 import ServerStorage
 
 /// One storage implementation under test: how to make a fresh, empty one. `cleanup` stops what
@@ -25,23 +27,48 @@ public struct StorageBackend: Sendable, CustomStringConvertible {
             let metadata = try SQLiteMetadataStore.inMemory()
             return (ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, keyValues: metadata, blobs: InMemoryBlobStore(), shares: metadata), {})
         },
-        // A database of its own in the process's throwaway cluster (PostgresTestCluster).
-        StorageBackend("postgres+memory-blobs") {
-            let cluster = try await PostgresTestCluster.shared()
-            let database = try await cluster.makeDatabase()
+        // A database of its own in the process's throwaway cluster (PostgresTestCluster), blobs
+        // in a bucket of their own on the tests' S3 server (S3TestServer): the scaled-out pair.
+        StorageBackend("postgres+s3") {
+            let (blobs, removeBucket) = try await s3Blobs()
+            let cluster: PostgresTestCluster
+            let database: PostgresConfiguration
             let store: PostgresMetadataStore
             do {
-                store = try await PostgresMetadataStore.start(database)
+                cluster = try await PostgresTestCluster.shared()
+                database = try await cluster.makeDatabase()
+                do {
+                    store = try await PostgresMetadataStore.start(database)
+                } catch {
+                    try? await cluster.dropDatabase(database)
+                    throw error
+                }
             } catch {
-                try? await cluster.dropDatabase(database)
+                await removeBucket()
                 throw error
             }
-            return (ServerStorage.postgres(store, blobs: InMemoryBlobStore()), {
+            return (ServerStorage.postgres(store, blobs: blobs), {
                 await store.shutdown()
                 try? await cluster.dropDatabase(database)
+                await removeBucket()
             })
         },
     ]
+
+    /// A bucket of its own on the tests' S3 server, the blobs under a prefix (as a deployment
+    /// sharing a bucket would keep them), and how to remove it.
+    static func s3Blobs() async throws -> (S3BlobStore, @Sendable () async -> Void) {
+        let bucket = try await S3TestServer.makeBucket("conformance")
+        let s3 = bucket.configuration
+        do {
+            let blobs = try S3BlobStore(S3BlobStoreConfiguration(
+                endpoint: s3.endpoint, region: s3.region, bucket: s3.bucket, pathStyle: true, keyPrefix: "blobs/", credentials: s3.credentials))
+            return (blobs, { try? await bucket.remove() })
+        } catch {
+            try? await bucket.remove()
+            throw error
+        }
+    }
 }
 
 /// A failed expectation inside the conformance suite.
@@ -96,9 +123,9 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
         var m: any MetadataStore { storage.metadata }
 
         func blob(_ text: String) async throws -> ContentDigest {
-            let writer = try storage.blobs.makeWriter()
-            try Array(text.utf8).withUnsafeBytes { try writer.write($0) }
-            let (digest, size) = try writer.commit(expecting: nil)
+            let writer = try await storage.blobs.makeWriter()
+            try await writer.write(ByteBuffer(string: text))
+            let (digest, size) = try await writer.commit(expecting: nil)
             try await m.recordBlob(digest, size: size, for: alice)
             return digest
         }
@@ -368,24 +395,38 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
         },
         StorageConformance("blobs: digest checked, per-account access, ranges") { f in
             let content = Data((0..<100_000).map { UInt8($0 % 251) })
-            let writer = try f.storage.blobs.makeWriter()
-            try content.withUnsafeBytes { try writer.write($0) }
-            let (digest, size) = try writer.commit(expecting: sha256(content))
+            let writer = try await f.storage.blobs.makeWriter()
+            // In pieces, as a request body arrives.
+            for start in stride(from: 0, to: content.count, by: 30_000) {
+                try await writer.write(ByteBuffer(bytes: content[start..<min(start + 30_000, content.count)]))
+            }
+            let (digest, size) = try await writer.commit(expecting: sha256(content))
             try expect(digest == sha256(content) && size == 100_000, "digest and size")
-            try expect(try f.storage.blobs.size(of: digest) == 100_000, "size(of:)")
-            let reader = try f.storage.blobs.openReader(digest)
-            var buffer = [UInt8](repeating: 0, count: 10)
-            let n = try buffer.withUnsafeMutableBytes { try reader.read(at: 99_995, into: $0) }
-            try expect(n == 5 && Array(buffer.prefix(5)) == Array(content.suffix(5)), "read at an offset")
+            try expect(try await f.storage.blobs.size(of: digest) == 100_000, "size(of:)")
+            let reader = try await f.storage.blobs.openReader(digest)
+            try expect(reader.size == 100_000, "the reader's size")
+            var chunks: [Int] = []
+            var read: [UInt8] = []
+            try await reader.read(99_990..<100_000, firstChunkSize: 4, chunkSize: 5) { chunk in
+                chunks.append(chunk.readableBytes)
+                read += chunk.readableBytesView
+            }
+            try expect(read == Array(content.suffix(10)) && chunks.allSatisfy { $0 <= 5 } && chunks.first.map { $0 <= 4 } == true,
+                       "a range at an offset, in chunks of at most the sizes asked: \(chunks)")
+            read = []
+            try await reader.read(0..<100_000, chunkSize: 1 << 20) { read += $0.readableBytesView }
+            try expect(read == Array(content), "the whole blob")
             reader.close()
 
-            let bad = try f.storage.blobs.makeWriter()
-            try Array("not what was declared".utf8).withUnsafeBytes { try bad.write($0) }
+            let bad = try await f.storage.blobs.makeWriter()
+            try await bad.write(ByteBuffer(string: "not what was declared"))
             do {
-                _ = try bad.commit(expecting: sha256(Data("something else".utf8)))
+                _ = try await bad.commit(expecting: sha256(Data("something else".utf8)))
                 throw ConformanceFailure(description: "a mismatching digest was accepted")
             } catch BlobStoreError.digestMismatch {}
-            try expect(try f.storage.blobs.size(of: sha256(Data("not what was declared".utf8))) == nil, "a refused blob is not stored")
+            await bad.abort()
+            try expect(try await f.storage.blobs.size(of: sha256(Data("not what was declared".utf8))) == nil, "a refused blob is not stored")
+            try expect(try await f.storage.blobs.digests(writtenBefore: .max) == [digest], "and not listed")
 
             try expect(try await f.m.blobSize(digest, for: f.alice) == nil, "not usable before it is recorded")
             let keptBefore = try await f.m.grantedContentBytes()
@@ -397,7 +438,7 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
             let carol = try await f.storage.accounts.addAccount(name: "carol", passwordHash: "h")
             try expect(try await f.m.blobSize(digest, for: carol) == nil, "another account cannot probe it")
             try expect(try await f.m.blobSize(.empty, for: carol) == 0, "everyone has the empty blob")
-            try expect(try f.storage.blobs.openReader(.empty).size == 0, "the empty blob reads")
+            try expect(try await f.storage.blobs.openReader(.empty).size == 0, "the empty blob reads")
         },
         StorageConformance("conflict versions: kept with a new revision, resolved by choice") { f in
             let file = try await f.file("notes.txt", "current")
@@ -502,13 +543,13 @@ public struct StorageConformance: Sendable, CustomStringConvertible {
                 try await f.m.createItem(f.newItem("again.txt", kind: .file, digest: unnamed), in: f.container)
             }
             // The files: listed by the time they were written, removed one by one.
-            try expect(try f.storage.blobs.digests(writtenBefore: 0).isEmpty, "none written before the epoch")
-            let written = Set(try f.storage.blobs.digests(writtenBefore: WallClock.now() + 1))
+            try expect(try await f.storage.blobs.digests(writtenBefore: 0).isEmpty, "none written before the epoch")
+            let written = Set(try await f.storage.blobs.digests(writtenBefore: WallClock.now() + 1))
             try expect(written.isSuperset(of: [unnamed, renewed, after]), "every blob written: \(written.count)")
-            try f.storage.blobs.remove(unnamed)
-            try f.storage.blobs.remove(unnamed)
-            try expect(try f.storage.blobs.size(of: unnamed) == nil, "removed, twice without an error")
-            try expect(try f.storage.blobs.size(of: renewed) == 7, "the others stay")
+            try await f.storage.blobs.remove(unnamed)
+            try await f.storage.blobs.remove(unnamed)
+            try expect(try await f.storage.blobs.size(of: unnamed) == nil, "removed, twice without an error")
+            try expect(try await f.storage.blobs.size(of: renewed) == 7, "the others stay")
         },
         StorageConformance("conflict versions kept both: each becomes a sibling file in the same commit") { f in
             let file = try await f.file("notes.txt", "current")

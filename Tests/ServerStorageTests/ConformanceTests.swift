@@ -1,5 +1,6 @@
 import Foundation
 import ItemModel
+import NIOCore
 import ServerStorage
 import TestSupport
 import Testing
@@ -16,26 +17,26 @@ import Testing
         (FileManager.default.enumerator(atPath: dir)?.allObjects as? [String] ?? []).sorted()
     }
 
-    @Test func aRefusedOrAbortedBlobLeavesNoFile() throws {
+    @Test func aRefusedOrAbortedBlobLeavesNoFile() async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
         let store = try FileBlobStore(root: dir.path + "/blobs")
-        let w = try store.makeWriter()
-        try Array("abc".utf8).withUnsafeBytes { try w.write($0) }
-        #expect(throws: BlobStoreError.self) { try w.commit(expecting: .empty) }
-        let w2 = try store.makeWriter()
-        try Array("def".utf8).withUnsafeBytes { try w2.write($0) }
-        w2.abort()
+        let w = try await store.makeWriter()
+        try await w.write(ByteBuffer(string: "abc"))
+        await #expect(throws: BlobStoreError.self) { try await w.commit(expecting: .empty) }
+        let w2 = try await store.makeWriter()
+        try await w2.write(ByteBuffer(string: "def"))
+        await w2.abort()
         #expect(files(in: dir.path + "/blobs") == ["tmp"])
     }
 
-    @Test func aCommittedBlobIsInPlaceUnderItsDigest() throws {
+    @Test func aCommittedBlobIsInPlaceUnderItsDigest() async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
         let store = try FileBlobStore(root: dir.path + "/blobs")
-        let w = try store.makeWriter()
-        try Array("hello".utf8).withUnsafeBytes { try w.write($0) }
-        let (digest, _) = try w.commit(expecting: nil)
+        let w = try await store.makeWriter()
+        try await w.write(ByteBuffer(string: "hello"))
+        let (digest, _) = try await w.commit(expecting: nil)
         let path = "\(dir.path)/blobs/\(digest.hex.prefix(2))/\(digest.hex)"
         #expect(FileManager.default.contents(atPath: path) == Data("hello".utf8))
         #expect(files(in: dir.path + "/blobs/tmp").isEmpty)
@@ -91,7 +92,7 @@ import Testing
             files += 1
         }
         #expect(errno == ENOSPC)
-        #expect(throws: BlobStoreError.noSpace) { _ = try blobs.makeWriter() }
+        await #expect(throws: BlobStoreError.noSpace) { _ = try await blobs.makeWriter() }
 
         // Out of space: the database's next pages have nowhere to go.
         let filler = open(dir.path + "/fill/0", O_WRONLY)

@@ -32,15 +32,15 @@ import TestSupport
         let blobs = InMemoryBlobStore()
         var members: [ZipStream.Member] = []
         for (name, bytes) in files.sorted(by: { $0.key < $1.key }) {
-            let writer = try blobs.makeWriter()
-            try bytes.withUnsafeBytes { try writer.write($0) }
-            let (digest, size) = try writer.commit(expecting: nil)
+            let writer = try await blobs.makeWriter()
+            try await writer.write(ByteBuffer(bytes: bytes))
+            let (digest, size) = try await writer.commit(expecting: nil)
             members.append(.init(name: name, size: size, modified: WallClock.now(), digest: digest))
         }
         var out = Data()
         var stream = ZipStream()
         stream.zip64Threshold = zip64Threshold
-        try await stream.write(members, open: { try blobs.openReader($0) }) { chunk in out.append(contentsOf: chunk.readableBytesView) }
+        try await stream.write(members, open: { try await blobs.openReader($0) }) { chunk in out.append(contentsOf: chunk.readableBytesView) }
         return out
     }
 
