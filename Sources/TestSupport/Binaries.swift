@@ -94,6 +94,18 @@ public struct CommandTimedOut: Error, CustomStringConvertible {
     public var description: String
 }
 
+/// One read of a pipe, blocking: what was there, empty at the end of the output (or on an error).
+/// A read interrupted by a signal is made again: Foundation's `availableData` traps on EINTR,
+/// and took a whole test run down with it.
+func readSome(_ handle: FileHandle) -> Data {
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    while true {
+        let n = read(handle.fileDescriptor, &buffer, buffer.count)
+        if n >= 0 { return Data(buffer[0..<n]) }
+        if errno != EINTR { return Data() }
+    }
+}
+
 /// Collects what a child writes to a pipe, on a thread of its own.
 ///
 /// Never a blocking read in a task: the cooperative pool has one thread per core, and when a
@@ -110,7 +122,7 @@ final class PipeCollector: @unchecked Sendable {
     init(_ handle: FileHandle) {
         Thread.detachNewThread { [self] in
             while true {
-                let chunk = handle.availableData  // blocks; empty at the end of the output
+                let chunk = readSome(handle)  // blocks; empty at the end of the output
                 if chunk.isEmpty { break }
                 lock.withLock { data.append(chunk) }
             }

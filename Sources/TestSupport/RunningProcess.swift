@@ -28,7 +28,7 @@ public final class RunningProcess: @unchecked Sendable {
         Thread.detachNewThread { [self] in
             var pending = Data()
             while true {
-                let chunk = stdout.availableData
+                let chunk = readSome(stdout)
                 if chunk.isEmpty { break }
                 pending.append(chunk)
                 while let nl = pending.firstIndex(of: UInt8(ascii: "\n")) {
@@ -46,7 +46,7 @@ public final class RunningProcess: @unchecked Sendable {
         }
         Thread.detachNewThread { [self] in
             while true {
-                let chunk = stderr.availableData
+                let chunk = readSome(stderr)
                 if chunk.isEmpty { break }
                 lock.withLock { errors.append(chunk) }
             }
