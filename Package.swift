@@ -48,7 +48,7 @@ let package = Package(
         .executableTarget(
             name: "ubiq-server",
             dependencies: [
-                "SyncServer", "SyncService", "ServerStorage", "PostgresStorage", "ItemModel", "DataFolderLock",
+                "SyncServer", "SyncService", "ServerStorage", "PostgresStorage", "S3BlobStore", "S3Client", "ItemModel", "DataFolderLock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -195,7 +195,7 @@ let package = Package(
         ),
         .testTarget(
             name: "MountTests",
-            dependencies: ["TestSupport", "SyncAPI", "ItemModel", "PostgresStorage"]
+            dependencies: ["TestSupport", "SyncAPI", "ItemModel", "PostgresStorage", "S3Client"]
         ),
         .testTarget(name: "ItemModelTests", dependencies: ["ItemModel", "SyncAPI"]),
         .testTarget(name: "PageCacheTests", dependencies: ["PageCache"]),
@@ -219,7 +219,7 @@ let package = Package(
         .testTarget(
             name: "SyncServerTests",
             dependencies: [
-                "TestSupport", "SyncAPI", "ItemModel", "SyncServer", "SyncService", "ServerStorage", "PostgresStorage",
+                "TestSupport", "SyncAPI", "ItemModel", "SyncServer", "SyncService", "ServerStorage", "PostgresStorage", "S3Client",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

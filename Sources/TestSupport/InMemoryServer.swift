@@ -24,7 +24,7 @@ public final class InMemoryServer: Sendable {
         self.metadata = metadata
         self.blobs = blobs
         self.account = account
-        service = SyncService(storage: ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, keyValues: metadata, blobs: blobs, shares: metadata))
+        service = SyncService(storage: ServerStorage.sqlite(metadata, blobs: blobs))
     }
 
     /// A client's connection to `container`, with the account's token.

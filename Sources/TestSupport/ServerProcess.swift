@@ -84,12 +84,12 @@ public final class ServerProcess: @unchecked Sendable {
     }
 
     /// The options of `extraArguments` that say where the storage is (`--metadata`, `--blobs`
-    /// and the password file), which the account commands need too.
+    /// and the files of secrets), which the account commands need too.
     var storageArguments: [String] {
         var found: [String] = []
         var i = 0
         while i + 1 < extraArguments.count {
-            if ["--metadata", "--blobs", "--postgres-password-file"].contains(extraArguments[i]) {
+            if ["--metadata", "--blobs", "--postgres-password-file", "--s3-credentials-file"].contains(extraArguments[i]) {
                 found += extraArguments[i...(i + 1)]
                 i += 2
             } else {

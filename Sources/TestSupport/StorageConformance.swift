@@ -25,7 +25,7 @@ public struct StorageBackend: Sendable, CustomStringConvertible {
         },
         StorageBackend("sqlite-memory+memory-blobs") {
             let metadata = try SQLiteMetadataStore.inMemory()
-            return (ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, keyValues: metadata, blobs: InMemoryBlobStore(), shares: metadata), {})
+            return (ServerStorage.sqlite(metadata, blobs: InMemoryBlobStore()), {})
         },
         // A database of its own in the process's throwaway cluster (PostgresTestCluster), blobs
         // in a bucket of their own on the tests' S3 server (S3TestServer): the scaled-out pair.

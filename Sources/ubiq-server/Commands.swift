@@ -69,21 +69,19 @@ struct DataOption: ParsableArguments {
     @Option(name: .long, help: "The first line of this file is the PostgreSQL password (instead of PGPASSWORD).")
     var postgresPasswordFile: String?
 
-    @Option(name: .long, help: "Where contents are kept: dir:DIR (default: the data folder's blobs).")
+    @Option(name: .long, help: "Where contents are kept: dir:DIR (default: the data folder's blobs), or s3://BUCKET?endpoint=http(s)://HOST[:PORT][&region=R][&path-style=true|false][&prefix=P], an S3-compatible bucket several servers may share. The keys come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or --s3-credentials-file, never from here.")
     var blobs: String?
 
+    @Option(name: .long, help: "A file in the AWS credentials form (aws_access_key_id = …, aws_secret_access_key = …) with the S3 keys, instead of the environment.")
+    var s3CredentialsFile: String?
+
     func validate() throws {
-        if let metadata {
-            guard let location = MetadataLocation.parse(metadata) else {
-                throw ValidationError("--metadata takes sqlite:DIR or postgres://USER@HOST[:PORT]/DATABASE, not '\(metadata)'")
-            }
-            if case .postgres(let url) = location {
-                do { _ = try postgresConfiguration(url) } catch { throw ValidationError("\(error)") }
-            }
-        }
-        if let blobs, BlobLocation.parse(blobs) == nil { throw ValidationError("--blobs takes dir:DIR, not '\(blobs)'") }
-        if postgresPasswordFile != nil, metadata.flatMap(MetadataLocation.parse).map({ if case .postgres = $0 { true } else { false } }) != true {
-            throw ValidationError("--postgres-password-file goes with --metadata postgres://…")
+        do {
+            let (metadata, blobs) = try locations()
+            if case .postgres(let url) = metadata { _ = try postgresConfiguration(url) }
+            if case .s3(let location) = blobs { _ = try s3Configuration(location) }
+        } catch {
+            throw ValidationError("\(error)")
         }
     }
 
@@ -282,6 +280,7 @@ struct Serve: AsyncParsableCommand {
         var services: [any Service] = [app, retention, AccountCleanup(service: server.service, logger: logger)]
         if let tls { services.append(CertificateReload(certificates: tls, logger: logger)) }
         if opened.announcer != nil { services.append(AnnouncementListener(hub: hub)) }
+        if let bucket = opened.bucket { services.append(S3Leftovers(bucket: bucket, logger: logger)) }
         if let metricsAddress {
             services.append(try server.makeMetricsApplication(address: metricsAddress, logger: logger) { bound in
                 print("ubiq-server metrics on \(bound)")

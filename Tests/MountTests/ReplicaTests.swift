@@ -1,27 +1,52 @@
 import Foundation
 import PostgresStorage
+import S3Client
 import TestSupport
 import Testing
 
-/// Two `ubiq-server` processes over one PostgreSQL database (replicas; their contents in one
-/// shared folder), each with a mount of its own: what one mount saves reaches the other by push,
-/// through the replicas' commit announcements, with no polling anywhere.
+/// Where the replicas of `ReplicaTests` keep their contents.
+enum ReplicaBlobs: String, CaseIterable, Sendable {
+    /// One folder both reach.
+    case folder
+    /// One bucket on the tests' S3 server (SeaweedFS), the keys in a credentials file.
+    case bucket
+}
+
+/// Two `ubiq-server` processes over one PostgreSQL database (replicas), their contents in one
+/// shared folder or one S3 bucket, each with a mount of its own: what one mount saves reaches
+/// the other by push, through the replicas' commit announcements, with no polling anywhere.
 @Suite struct ReplicaTests {
-    @Test func twoMountsOnTwoReplicasOfOnePostgreSQLDatabaseSeeEachOthersChanges() async throws {
+    @Test(arguments: ReplicaBlobs.allCases)
+    func twoMountsOnTwoReplicasOfOnePostgreSQLDatabaseSeeEachOthersChanges(blobs: ReplicaBlobs) async throws {
         let cluster = try await PostgresTestCluster.shared()
         let database = try await cluster.makeDatabase()
-        let blobs = try TempDirectory("ubiq-replica-blobs")
-        chmod(blobs.path, 0o700)
-        let storage = [
-            "--metadata", "postgres://postgres@127.0.0.1:\(cluster.port)/\(database.database)",
-            "--postgres-password-file", cluster.passwordFile, "--blobs", "dir:" + blobs.path,
-        ]
-        let first = try await ServerProcess.start(extraArguments: storage)
-        var servers = [first]
+        let work = try TempDirectory("ubiq-replica")
+        chmod(work.path, 0o700)
+        var bucket: S3TestBucket?
+        var servers: [ServerProcess] = []
         var devices: [TestDevice] = []
         do {
+            var storage = [
+                "--metadata", "postgres://postgres@127.0.0.1:\(cluster.port)/\(database.database)", "--postgres-password-file", cluster.passwordFile,
+            ]
+            switch blobs {
+            case .folder:
+                storage += ["--blobs", "dir:" + work.path + "/blobs"]
+            case .bucket:
+                let made = try await S3TestServer.makeBucket("replicas")
+                bucket = made
+                let s3 = made.configuration
+                let keys = work.path + "/s3-keys"
+                try "[default]\naws_access_key_id = \(s3.credentials.accessKeyID)\naws_secret_access_key = \(s3.credentials.secretAccessKey)\n"
+                    .write(toFile: keys, atomically: true, encoding: .utf8)
+                storage += [
+                    "--blobs", "s3://\(s3.bucket)?endpoint=\(s3.endpoint.absoluteString)&region=\(s3.region)&prefix=blobs/",
+                    "--s3-credentials-file", keys,
+                ]
+            }
             servers.append(try await ServerProcess.start(extraArguments: storage))
-            try await first.addAccount("alice", password: "alice-pw")
+            servers.append(try await ServerProcess.start(extraArguments: storage))
+            try await servers[0].addAccount("alice", password: "alice-pw")
             devices.append(try await TestDevice.mount("A", server: servers[0], user: "alice", password: "alice-pw"))
             devices.append(try await TestDevice.mount("B", server: servers[1], user: "alice", password: "alice-pw"))
             let (a, b) = (devices[0], devices[1])
@@ -29,19 +54,30 @@ import Testing
             try await eventually("B, on the other replica, to read A's file") {
                 (try? await b.must(#"cat "$M/a.txt""#)) == "from-a\n"
             }
-            try await b.must(#"mkdir "$M/folder" && echo from-b > "$M/folder/b.txt""#)
-            try await eventually("A to read B's file") {
-                (try? await a.must(#"cat "$M/folder/b.txt""#)) == "from-b\n"
+            // Large enough to go up as a blob of its own, not inline with its create.
+            try await b.must(#"mkdir "$M/folder" && head -c 3000000 /dev/urandom > "$M/folder/b.bin""#)
+            let written = try await b.must(#"sha256sum < "$M/folder/b.bin" | cut -d' ' -f1"#)
+            try await eventually("A to read B's file whole") {
+                (try? await a.must(#"sha256sum < "$M/folder/b.bin" | cut -d' ' -f1"#)) == written
+            }
+            if let bucket {
+                let digest = written.trimmingCharacters(in: .whitespacesAndNewlines)
+                #expect(try await bucket.keys(prefix: "blobs/").contains("blobs/" + digest), "the content is in the bucket under its digest")
+            } else {
+                let digest = written.trimmingCharacters(in: .whitespacesAndNewlines)
+                #expect(FileManager.default.fileExists(atPath: work.path + "/blobs/\(digest.prefix(2))/\(digest)"), "the content is in the shared folder")
             }
         } catch {
             for d in devices { await d.unmount(); d.remove() }
             for s in servers { await s.stop() }
-            blobs.remove()
+            try? await bucket?.remove()
+            work.remove()
             throw error
         }
         for d in devices { await d.unmount(); d.remove() }
         for s in servers { await s.stop() }
-        blobs.remove()
+        try? await bucket?.remove()
+        work.remove()
         try await cluster.dropDatabase(database)
     }
 }

@@ -23,7 +23,7 @@ import TestSupport
                 partSize: S3BlobStoreConfiguration.minimumPartSize))
             let metadata = try SQLiteMetadataStore.inMemory()
             let account = try await metadata.addAccount(name: "s3", passwordHash: "unused")
-            let service = SyncService(storage: ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, keyValues: metadata, blobs: store, shares: metadata))
+            let service = SyncService(storage: ServerStorage.sqlite(metadata, blobs: store))
             let remote = ServiceRemote(service: service, account: account, container: .default)
             _ = try await remote.ensureContainer()
 

@@ -7,7 +7,7 @@ import TestSupport
 enum RegisteredRoutes {
     static func all() throws -> [(method: String, template: String)] {
         let metadata = try SQLiteMetadataStore.inMemory()
-        let storage = ServerStorage(accounts: metadata, metadata: metadata, changes: metadata, keyValues: metadata, blobs: InMemoryBlobStore(), shares: metadata)
+        let storage = ServerStorage.sqlite(metadata, blobs: InMemoryBlobStore())
         return SyncServer(storage: storage).makeRouter().routes.map { route in
             // `:name` captures as `{name}`, whichever way the router spells them.
             let path = route.path.description.split(separator: "/", omittingEmptySubsequences: false).map { segment in
