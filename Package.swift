@@ -105,7 +105,11 @@ let package = Package(
                 "ServerStorage", "ItemModel",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            // Unoptimized even in release: Swift 6.3.1's optimizer crashes (signal 11, splitting
+            // async functions' coroutines) on several of this target's store methods. Its time
+            // goes to waiting on PostgreSQL; postgres-nio itself stays optimized.
+            swiftSettings: [.unsafeFlags(["-Onone"])]
         ),
         .target(
             name: "ServerStorage",
