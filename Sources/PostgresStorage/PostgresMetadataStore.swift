@@ -40,6 +40,11 @@ public final class PostgresMetadataStore: AccountStore, MetadataStore, ChangeLog
         _ configuration: PostgresConfiguration, logger: Logger = Logger(label: "ubiq.postgres"),
         now: @escaping @Sendable () -> Timestamp = WallClock.now
     ) async throws -> PostgresMetadataStore {
+        // One connection of its own first: a server nobody answers at, or a refused password,
+        // fails here within the connect timeout, with its own error; the pool would retry until
+        // its circuit breaker trips (a minute and more) and then say only that.
+        let probe = try await PostgresConnection.connect(configuration: try connectionConfiguration(configuration), id: 0, logger: logger)
+        try? await probe.close()
         let store = PostgresMetadataStore(client: PostgresClient(configuration: clientConfiguration(configuration)), logger: logger, now: now)
         do {
             _ = try await store.client.withConnection { connection in try await PostgresSchema.migrate(connection, logger: logger) }

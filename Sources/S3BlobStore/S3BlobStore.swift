@@ -31,6 +31,34 @@ public final class S3BlobStore: BlobStore, Sendable {
 
     public func key(of digest: ContentDigest) -> String { configuration.keyPrefix + digest.hex }
 
+    /// Checks that the bucket is there and that these keys may list, write and delete under the
+    /// prefix, by doing each once (a probe object under `tmp/`): a server refuses to start on a
+    /// store it cannot use rather than failing its first upload.
+    ///
+    /// Within `limit`: a request to an endpoint nobody answers at is retried by the HTTP
+    /// client's connection pool until the request's own timeout, which is minutes.
+    public func checkAccess(within limit: Duration = .seconds(15)) async throws {
+        let client = client
+        let prefix = configuration.keyPrefix
+        let probe = temporaryPrefix + "probe-" + ItemID.random().rawValue
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                _ = try await Self.calling("list") { try await client.listObjectsV2(prefix: prefix, maxKeys: 1) }
+                try await Self.calling("PUT \(probe)") { try await client.putObject(probe, bytes: ByteBuffer()) }
+                try await Self.calling("DELETE \(probe)") { try await client.deleteObject(probe) }
+                return true
+            }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                return false
+            }
+            defer { group.cancelAll() }
+            guard try await group.next() == true else {
+                throw BlobStoreError.remote(operation: "list", detail: "no answer within \(limit)")
+            }
+        }
+    }
+
     /// Where uploads wait for their commit.
     public var temporaryPrefix: String { configuration.keyPrefix + "tmp/" }
 

@@ -59,7 +59,7 @@ public final class PostgresTestCluster: Sendable {
         // and then the server fails to start and the next attempt takes another.
         var lastFailure: (any Error)?
         for _ in 0..<3 {
-            let cluster = PostgresTestCluster(port: try freePort(), folder: dir.path, binaries: binaries, runAs: runAs)
+            let cluster = PostgresTestCluster(port: try freeLoopbackPort(), folder: dir.path, binaries: binaries, runAs: runAs)
             do {
                 if !FileManager.default.fileExists(atPath: cluster.dataDirectory) { try await cluster.initialize() }
                 try await cluster.startServer()
@@ -167,22 +167,6 @@ public final class PostgresTestCluster: Sendable {
         guard result.status == 0 else {
             throw TestSupportError("\(program) \(arguments.joined(separator: " ")) failed (\(result.status)): \(result.stderr)\n\(serverLog())")
         }
-    }
-
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw TestSupportError("socket: errno \(errno)") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw TestSupportError("bind: errno \(errno)") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
 

@@ -197,6 +197,10 @@ extension DataOption {
         case .folder(let folder): blobStore = try FileBlobStore(root: folder)
         case .s3(let location):
             let store = try S3BlobStore(try s3Configuration(location))
+            do { try await store.checkAccess() } catch {
+                let reason = if case BlobStoreError.remote(let operation, let detail) = error { "\(operation): \(detail)" } else { "\(error)" }
+                throw Failure("cannot use the bucket \(location.bucket) at \(location.endpoint.absoluteString) (\(reason))")
+            }
             bucket = store
             blobStore = store
         }
