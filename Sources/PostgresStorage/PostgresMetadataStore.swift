@@ -97,36 +97,25 @@ public final class PostgresMetadataStore: AccountStore, MetadataStore, ChangeLog
     /// One write transaction: BEGIN, the body, COMMIT (ROLLBACK when it throws). What
     /// PostgreSQL refuses becomes a refusal of storage where SQLite's store makes it one.
     func write<T: Sendable>(_ body: (Transaction) async throws -> T) async throws -> T {
+        try await transaction(begin: "BEGIN", body)
+    }
+
+    /// Several reads that must see one snapshot (a version with the rows it covers).
+    func readSnapshot<T: Sendable>(_ body: (Transaction) async throws -> T) async throws -> T {
+        try await transaction(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
+    }
+
+    private func transaction<T: Sendable>(begin: PostgresQuery, _ body: (Transaction) async throws -> T) async throws -> T {
         do {
             return try await client.withConnection { connection in
                 let tx = Transaction(connection: connection, logger: logger)
-                try await tx.run("BEGIN")
+                try await tx.run(begin)
                 do {
                     let value = try await body(tx)
                     try await tx.run("COMMIT")
                     return value
                 } catch {
                     // A connection that died takes its transaction with it; the pool drops it.
-                    _ = try? await tx.run("ROLLBACK")
-                    throw error
-                }
-            }
-        } catch let error as PSQLError {
-            throw Self.refusal(error) ?? error
-        }
-    }
-
-    /// Several reads that must see one snapshot (a version with the rows it covers).
-    func readSnapshot<T: Sendable>(_ body: (Transaction) async throws -> T) async throws -> T {
-        do {
-            return try await client.withConnection { connection in
-                let tx = Transaction(connection: connection, logger: logger)
-                try await tx.run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                do {
-                    let value = try await body(tx)
-                    try await tx.run("COMMIT")
-                    return value
-                } catch {
                     _ = try? await tx.run("ROLLBACK")
                     throw error
                 }
