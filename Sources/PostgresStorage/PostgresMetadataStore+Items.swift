@@ -142,22 +142,9 @@ extension PostgresMetadataStore {
             }
             throw StorageError.itemIDTaken(new.id)
         }
-        var digest: ContentDigest? = nil
-        var size: Int64 = 0
-        switch new.kind {
-        case .file:
-            let content = new.digest ?? .empty
-            digest = content
-            size = try await blobSize(content, account: container.account, declared: new.declaredSize, tx)
-        case .symlink:
-            size = Int64(new.target?.utf8.count ?? 0)
-        case .folder, .fifo, .socket:
-            break
-        }
-        var item = ItemMetadata(
-            id: new.id, parentID: new.parentID, name: new.name.rawValue, kind: new.kind, revision: Revision("0"),
-            size: size, digest: digest, mode: new.mode, created: new.created, modified: new.modified,
-            xattrs: new.xattrs, target: new.kind == .symlink ? new.target : nil)
+        var fileSize: Int64 = 0
+        if let content = new.contentDigest { fileSize = try await blobSize(content, account: container.account, declared: new.declaredSize, tx) }
+        var item = new.metadata(fileSize: fileSize)
         do {
             try await commit(&item, kind: .upsert, in: container, tx, isNew: true)
         } catch is NameTaken {
@@ -204,18 +191,34 @@ extension PostgresMetadataStore {
         let replaced = now()
         return try await write { tx in
             try await Self.lockContainer(container, tx)
-            var item = try await Self.requireLive(id, container, tx)
-            guard item.kind == .file else { throw StorageError.notAFile(id) }
-            guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
+            var item = try await Self.requireFile(id, at: base, container, tx)
             let size = try await Self.blobSize(digest, account: container.account, declared: declaredSize, tx)
-            try await Self.keepEarlier(item, replacedBy: digest, at: replaced, in: container, tx)
-            item.size = size
-            item.digest = digest
-            item.modified = modified
-            try await Self.commit(&item, kind: .upsert, in: container, tx)
-            try await Self.setSavedBy(savedBy, of: id, in: container, tx)
+            try await Self.replaceContent(
+                of: &item, with: digest, size: size, modified: modified, savedBy: savedBy, replacedAt: replaced, in: container, tx)
             return item
         }
+    }
+
+    /// The live file `id`, at revision `base`: what an update of its content or a restore starts from.
+    static func requireFile(_ id: ItemID, at base: Revision, _ container: ContainerRef, _ tx: Transaction) async throws -> ItemMetadata {
+        let item = try await requireLive(id, container, tx)
+        guard item.kind == .file else { throw StorageError.notAFile(id) }
+        guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
+        return item
+    }
+
+    /// Makes `digest` the file's content, for an update and a restore alike: the content it
+    /// replaces kept as an earlier version, the change committed, the saving device recorded.
+    static func replaceContent(
+        of item: inout ItemMetadata, with digest: ContentDigest, size: Int64, modified: Timestamp, savedBy: String?, replacedAt replaced: Timestamp,
+        in container: ContainerRef, _ tx: Transaction
+    ) async throws {
+        try await keepEarlier(item, replacedBy: digest, at: replaced, in: container, tx)
+        item.size = size
+        item.digest = digest
+        item.modified = modified
+        try await commit(&item, kind: .upsert, in: container, tx)
+        try await setSavedBy(savedBy, of: item.id, in: container, tx)
     }
 
     public func updateItem(_ id: ItemID, base: Revision, update: ItemUpdate, in container: ContainerRef) async throws -> ItemMetadata {

@@ -92,22 +92,16 @@ extension PostgresMetadataStore {
         let replaced = now()
         return try await write { tx in
             try await Self.lockContainer(container, tx)
-            var item = try await Self.requireLive(id, container, tx)
-            guard item.kind == .file else { throw StorageError.notAFile(id) }
-            guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
+            var item = try await Self.requireFile(id, at: base, container, tx)
             guard let number = revision.sequenceNumber, let row = try await tx.rows("""
                 SELECT digest, size, modified, device FROM earlier_versions
                 WHERE container_key = \(container.key) AND item_id = \(id.rawValue) AND revision = \(number)
                 """).first
             else { throw StorageError.earlierVersionNotFound(revision) }
             let (digestText, size, modified, device) = try row.decode((String, Int64, Int64, String?).self)
-            let digest = try ContentDigest(hex: digestText)
-            try await Self.keepEarlier(item, replacedBy: digest, at: replaced, in: container, tx)
-            item.digest = digest
-            item.size = size
-            item.modified = modified
-            try await Self.commit(&item, kind: .upsert, in: container, tx)
-            try await Self.setSavedBy(device, of: id, in: container, tx)
+            try await Self.replaceContent(
+                of: &item, with: try ContentDigest(hex: digestText), size: size, modified: modified, savedBy: device, replacedAt: replaced,
+                in: container, tx)
             return item
         }
     }

@@ -417,21 +417,8 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         if let clash = try Self.liveChild(named: new.name, of: new.parentID, container, db) {
             throw StorageError.nameExists(existing: clash)
         }
-        var digest: ContentDigest? = nil
-        var size: Int64 = 0
-        switch new.kind {
-        case .file:
-            digest = new.digest ?? .empty
-            size = try Self.blobSize(digest!, account: container.account, declared: new.declaredSize, db: db)
-        case .symlink:
-            size = Int64(new.target?.utf8.count ?? 0)
-        case .folder, .fifo, .socket:
-            break
-        }
-        var item = ItemMetadata(
-            id: new.id, parentID: new.parentID, name: new.name.rawValue, kind: new.kind, revision: Revision("0"),
-            size: size, digest: digest, mode: new.mode, created: new.created, modified: new.modified,
-            xattrs: new.xattrs, target: new.kind == .symlink ? new.target : nil)
+        let fileSize = try new.contentDigest.map { try Self.blobSize($0, account: container.account, declared: new.declaredSize, db: db) } ?? 0
+        var item = new.metadata(fileSize: fileSize)
         try Self.commit(&item, kind: .upsert, in: container, db: db, isNew: true)
         if let savedBy = new.savedBy { try Self.setSavedBy(savedBy, of: item.id, in: container, db: db) }
         return item
@@ -463,18 +450,33 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
         let modified = modified ?? now()
         try Self.checkDevice(savedBy)
         return try await write { db in
-            var item = try Self.requireLive(id, container, db)
-            guard item.kind == .file else { throw StorageError.notAFile(id) }
-            guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
+            var item = try Self.requireFile(id, at: base, container, db)
             let size = try Self.blobSize(digest, account: container.account, declared: declaredSize, db: db)
-            try self.keepEarlier(item, replacedBy: digest, in: container, db: db)
-            item.size = size
-            item.digest = digest
-            item.modified = modified
-            try Self.commit(&item, kind: .upsert, in: container, db: db)
-            try Self.setSavedBy(savedBy, of: id, in: container, db: db)
+            try self.replaceContent(of: &item, with: digest, size: size, modified: modified, savedBy: savedBy, in: container, db: db)
             return item
         }
+    }
+
+    /// The live file `id`, at revision `base`: what an update of its content or a restore starts from.
+    static func requireFile(_ id: ItemID, at base: Revision, _ container: ContainerRef, _ db: Database) throws -> ItemMetadata {
+        let item = try requireLive(id, container, db)
+        guard item.kind == .file else { throw StorageError.notAFile(id) }
+        guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
+        return item
+    }
+
+    /// Makes `digest` the file's content, for an update and a restore alike: the content it
+    /// replaces kept as an earlier version, the change committed, the saving device recorded.
+    func replaceContent(
+        of item: inout ItemMetadata, with digest: ContentDigest, size: Int64, modified: Timestamp, savedBy: String?, in container: ContainerRef,
+        db: Database
+    ) throws {
+        try keepEarlier(item, replacedBy: digest, in: container, db: db)
+        item.size = size
+        item.digest = digest
+        item.modified = modified
+        try Self.commit(&item, kind: .upsert, in: container, db: db)
+        try Self.setSavedBy(savedBy, of: item.id, in: container, db: db)
     }
 
     /// Keeps the file's content as an earlier version before `digest` replaces it, inside the
@@ -506,20 +508,14 @@ public final class SQLiteMetadataStore: AccountStore, MetadataStore, ChangeLog, 
 
     public func restore(_ id: ItemID, base: Revision, from revision: Revision, in container: ContainerRef) async throws -> ItemMetadata {
         try await write { db in
-            var item = try Self.requireLive(id, container, db)
-            guard item.kind == .file else { throw StorageError.notAFile(id) }
-            guard item.revision == base else { throw StorageError.revisionConflict(current: item) }
+            var item = try Self.requireFile(id, at: base, container, db)
             guard let number = Int64(revision.rawValue), let row = try Row.fetchOne(
                 try db.cachedStatement(sql: "SELECT digest, size, modified, device FROM earlier_versions WHERE container_key = ? AND item_id = ? AND revision = ?"),
                 arguments: [container.key, id.rawValue, number])
             else { throw StorageError.earlierVersionNotFound(revision) }
-            let digest = try ContentDigest(hex: row["digest"])
-            try self.keepEarlier(item, replacedBy: digest, in: container, db: db)
-            item.digest = digest
-            item.size = row["size"]
-            item.modified = row["modified"]
-            try Self.commit(&item, kind: .upsert, in: container, db: db)
-            try Self.setSavedBy(row["device"], of: id, in: container, db: db)
+            try self.replaceContent(
+                of: &item, with: try ContentDigest(hex: row["digest"]), size: row["size"], modified: row["modified"], savedBy: row["device"],
+                in: container, db: db)
             return item
         }
     }

@@ -174,6 +174,24 @@ public struct NewItem: Sendable {
         self.modified = modified
         self.xattrs = xattrs
     }
+
+    /// A file's content: the one given, or the empty content; nil for every other kind.
+    public var contentDigest: ContentDigest? { kind == .file ? (digest ?? .empty) : nil }
+
+    /// The item this makes, at revision 0, once the store knows the size of a file's content
+    /// (`fileSize`, from the account's grant of `contentDigest`); a link's size is its target's.
+    public func metadata(fileSize: Int64) -> ItemMetadata {
+        let size: Int64 =
+            switch kind {
+            case .file: fileSize
+            case .symlink: Int64(target?.utf8.count ?? 0)
+            case .folder, .fifo, .socket: 0
+            }
+        return ItemMetadata(
+            id: id, parentID: parentID, name: name.rawValue, kind: kind, revision: Revision("0"),
+            size: size, digest: contentDigest, mode: mode, created: created, modified: modified,
+            xattrs: xattrs, target: kind == .symlink ? target : nil)
+    }
 }
 
 public struct ItemUpdate: Sendable {
