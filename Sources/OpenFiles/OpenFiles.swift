@@ -29,7 +29,8 @@ public final class OpenFiles: Sendable {
         /// and a newer version goes into a new file), so reads skip the database.
         public var knownLocal: Bool
         /// Reads a version the file has since left: a stale copy whose cache file a download
-        /// of the new version replaced. The kernel's pages of this inode may be of either.
+        /// of the new version replaced, or a placeholder's file another version's download
+        /// replaced (`willRefill`). The kernel's pages of this inode may be of either.
         public var oldCopy = false
         /// The file's write generation when this descriptor last recorded its writes and
         /// queued their upload (flush, fsync): a release or flush with nothing new commits nothing.
@@ -350,10 +351,38 @@ extension OpenFiles {
 // MARK: What downloads do
 
 extension OpenFiles {
-    /// The download of `digest` is complete and checked: descriptors that followed it hold it whole.
-    public func downloadCompleted(_ ino: Int64, digest: ContentDigest) {
+    /// The download of `digest` into `file` is complete and checked: descriptors that followed
+    /// it hold it whole. Only those open on that very file: a descriptor of an earlier attempt
+    /// at the same version may hold a file a later download replaced (`willRefill`). Also
+    /// called for a download cancelled while its check ran: its descriptors hold it whole even
+    /// though the item has moved on.
+    public func downloadCompleted(_ ino: Int64, digest: ContentDigest, file: FileIdentity) {
+        let followers = table.withLock { t in
+            t.handles(of: ino).filter { $0.value.digest == digest && !$0.value.knownLocal }.map { (id: $0.key, fd: $0.value.fd) }
+        }
+        // fstat outside the lock (a leaf: no system calls under it). A descriptor released
+        // meanwhile is no longer in the table, so marking its id does nothing.
+        let holding = followers.filter { FileIdentity(of: $0.fd) == file }.map(\.id)
+        guard !holding.isEmpty else { return }
+        table.withLock { t in for id in holding { t.handles[id]?.knownLocal = true } }
+    }
+
+    /// A placeholder's cache file is about to be emptied for a download of `digest`. True when
+    /// descriptors that follow another version's download (or hold a copy the item has left)
+    /// are open on it: then they become old copies, the caller unlinks the file so that they
+    /// keep what they have, and the new version goes into a file of its own. Without that, the
+    /// new version's bytes would land under them, and a new open would fill the kernel's pages
+    /// of the inode, which they read too, with the new version. False also when a writer has
+    /// the file open (it writes into that file, and needs it whole before it opens).
+    public func willRefill(_ ino: Int64, for digest: ContentDigest) -> Bool {
         table.withLock { t in
-            for (id, h) in t.handles(of: ino) where h.digest == digest { t.handles[id]?.knownLocal = true }
+            let ours = Array(t.handles(of: ino))
+            if ours.contains(where: { $0.value.writable }) { return false }
+            let others = ours.filter { !$0.value.oldCopy && $0.value.digest != digest }
+            guard !others.isEmpty else { return false }
+            for (id, _) in others { t.handles[id]?.oldCopy = true }
+            t.update(ino) { $0.pagesOfOldCopy = true }
+            return true
         }
     }
 
@@ -444,4 +473,18 @@ extension OpenFiles {
     /// How many files have write generations: those written or uploaded lately, not every
     /// file the mount ever wrote.
     public var filesWithWriteGenerations: Int { table.withLock { $0.files.values.count { $0.writeGeneration != nil } } }
+}
+
+/// Which file a descriptor is open on (device and inode): a cache file that was unlinked and
+/// made again under the same name is another file.
+public struct FileIdentity: Sendable, Equatable {
+    let device: UInt64
+    let inode: UInt64
+
+    public init?(of fd: Int32) {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
+    }
 }

@@ -2,6 +2,7 @@ import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
+import OpenFiles
 import Logging
 import SyncAPI
 import Synchronization
@@ -22,7 +23,7 @@ extension Downloads {
             // thread halved the rate at which readers get their bytes. The file becomes
             // `current` only after this check, as before.
             guard try await Self.digest(ofFile: fd, size: size) == digest else { throw ContentError.digestMismatch }
-            finish(ino, digest: digest, generation: generation, error: nil)
+            finish(ino, digest: digest, generation: generation, error: nil, file: FileIdentity(of: fd))
         } catch ContentError.digestMismatch {
             finish(ino, digest: digest, generation: generation, error: ContentError.digestMismatch)
             await refreshAfterMismatch(ino)
@@ -82,10 +83,15 @@ extension Downloads {
         }
     }
 
-    func finish(_ ino: Int64, digest: ContentDigest, generation: UInt64, error: Error?) {
-        // A cancelled download's outcome is nobody's business: a later download of the file
-        // may be running under the same inode number.
-        guard let ended = state.withLock({ s in s.active[ino].flatMap { $0.generation == generation ? $0 : nil } }) else { return }
+    /// `file`: the cache file a download that passed its check wrote.
+    func finish(_ ino: Int64, digest: ContentDigest, generation: UInt64, error: Error?, file: FileIdentity? = nil) {
+        // A cancelled download's outcome is nobody's business (a later download of the file may
+        // be running under the same inode number), except to the descriptors that followed it:
+        // cancelled while its check ran, it is whole in the file they hold.
+        guard let ended = state.withLock({ s in s.active[ino].flatMap { $0.generation == generation ? $0 : nil } }) else {
+            if error == nil, let file { openFiles.downloadCompleted(ino, digest: digest, file: file) }
+            return
+        }
         let size = ended.size
         // Record the outcome before waking readers, so that they see the final state.
         let message = error.map { ($0 as? ContentError)?.description ?? ($0 as? RemoteError).map(describe) ?? "\($0)" }
@@ -114,7 +120,7 @@ extension Downloads {
             // A stat made while it downloaded left the kernel with the placeholder's blocks
             // (none), kept for the attribute timeout: they count now.
             observer.invalidate([.attributes(ino)])
-            openFiles.downloadCompleted(ino, digest: digest)
+            if let file { openFiles.downloadCompleted(ino, digest: digest, file: file) }
             state.withLock { $0.retries.succeeded(ino) }
         } else {
             // The pass that comes when the pause ends may start it again.

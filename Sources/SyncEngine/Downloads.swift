@@ -144,6 +144,10 @@ public final class Downloads: Sendable {
         guard let generation else { return }
         if fresh.content == .stale {
             guard replaceStaleCopy(ino, digest: digest) else { return cancel(ino, generation: generation) }
+        } else if openFiles.willRefill(ino, for: digest) {
+            // Unlinked, not emptied: descriptors of another version keep their bytes.
+            cache.remove(ino)
+            observer.invalidate([.inode(ino)])
         }
         // The head is asked for first, from this thread (an open's, waiting for it), before
         // the cache file is made: the request's round trip then covers the file's creation,

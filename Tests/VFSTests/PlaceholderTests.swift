@@ -1,6 +1,7 @@
 import Foundation
 import ItemModel
 import LocalState
+import OpenFiles
 import SyncAPI
 import Synchronization
 import Testing
@@ -413,9 +414,51 @@ struct PlaceholderTests {
             let updated = try await h.remote.otherDevice.updateContent(remote.id, to: v2)
             try await eventually("the new version to arrive") { try h.xattr(ino, "user.ubiq.revision") == updated.revision.rawValue }
             gate.open()
+            // Opened while the old reader is: v2 goes into a file of its own, and the new
+            // open bypasses the inode's pages, which the old reader fills with v1.
+            let new = try await within(.seconds(10), "open of the new version") { try await h.fs.open(ino, flags: O_RDONLY) }
+            #expect(new.directIO, "the old reader's pages must not be shared with the new version's")
+            #expect(sha(try await h.readAll(new.handle, size: 1 << 20)) == sha(v2))
             await #expect(throws: FSError.io) { try await h.readRange(opened.handle, offset: 200_000, size: 4096) }
             h.fs.release(opened.handle)
+            h.fs.release(new.handle)
             #expect(sha(try await h.read(ino)) == sha(v2))
+        }
+    }
+
+    @Test("a download refilling a placeholder's file unlinks it under readers of another version; its completion marks only the readers of the file it wrote")
+    func descriptorsKeepTheFileTheyOpened() throws {
+        let files = OpenFiles()
+        let folder = try TempDirectory("ubiq-refill")
+        defer { folder.remove() }
+        let path = folder.path + "/7"
+        let v1 = ContentDigest.of(Array("one".utf8))
+        let v2 = ContentDigest.of(Array("two".utf8))
+        func reader(_ digest: ContentDigest) throws -> UInt64 {
+            let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            try #require(fd >= 0)
+            return files.open(OpenFiles.Handle(ino: 7, fd: fd, writable: false, excluded: false, digest: digest)).handle
+        }
+        let ofV1 = try reader(v1)
+        #expect(!files.willRefill(7, for: v1), "readers of the version being fetched share its file")
+        #expect(files.willRefill(7, for: v2), "a reader of another version keeps the old file")
+        unlink(path)
+        let ofV2 = try reader(v2)
+        #expect(files.handle(ofV1)?.oldCopy == true)
+        let newFD = try #require(files.handle(ofV2)).fd
+        let newFile = try #require(FileIdentity(of: newFD))
+        files.downloadCompleted(7, digest: v2, file: newFile)
+        #expect(files.handle(ofV2)?.knownLocal == true)
+        // v1 completing into the file its reader holds (cancelled while its check ran).
+        let oldFD = try #require(files.handle(ofV1)).fd
+        let oldFile = try #require(FileIdentity(of: oldFD))
+        #expect(oldFile != newFile)
+        files.downloadCompleted(7, digest: v1, file: newFile)
+        #expect(files.handle(ofV1)?.knownLocal == false, "a download into another file says nothing of this one")
+        files.downloadCompleted(7, digest: v1, file: oldFile)
+        #expect(files.handle(ofV1)?.knownLocal == true)
+        for handle in [ofV1, ofV2] {
+            if let h = files.takeHandle(handle) { close(h.fd) }
         }
     }
 
