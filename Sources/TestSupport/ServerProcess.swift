@@ -8,7 +8,7 @@ public final class ServerProcess: @unchecked Sendable {
     // Unchecked: `process` is replaced only by `restart`, which tests call from one task.
     public let dataDirectory: String
     let workDirectory: TempDirectory
-    let extraArguments: [String]
+    private(set) var extraArguments: [String]
     private(set) var process: Process
     public private(set) var port: Int
     /// The write end of the server's standard input, never written: it is open for as long
@@ -114,22 +114,28 @@ public final class ServerProcess: @unchecked Sendable {
     }
 
     /// Starts the server again on the same data folder: on the same port when `samePort` (so
-    /// that mounts pointing at it reconnect), else on a new one.
-    public func restart(samePort: Bool = false) async throws {
+    /// that mounts pointing at it reconnect), else on a new one; with `extraArguments` in place
+    /// of the first start's when given (other storage, say).
+    public func restart(samePort: Bool = false, extraArguments replaced: [String]? = nil) async throws {
         if process.stillRunning { kill9() }
+        if let replaced { extraArguments = replaced }
         let (p, port, lifeline) = try await Self.launch(data: dataDirectory, log: workDirectory.path, port: samePort ? port : 0, extra: extraArguments)
         self.process = p
         self.port = port
         self.lifeline = lifeline
     }
 
-    /// SIGTERM, a bounded wait, then SIGKILL; removes the data folder.
+    /// SIGTERM, a bounded wait, then SIGKILL; the data folder stays.
+    public func halt() async {
+        guard process.stillRunning else { return }
+        process.terminate()
+        try? await eventually(timeout: .seconds(10), "ubiq-server to exit") { !self.process.stillRunning }
+        if process.stillRunning { kill9() }
+    }
+
+    /// `halt`, and the data folder is removed.
     public func stop() async {
-        if process.stillRunning {
-            process.terminate()
-            try? await eventually(timeout: .seconds(10), "ubiq-server to exit") { !self.process.stillRunning }
-            if process.stillRunning { kill9() }
-        }
+        await halt()
         workDirectory.remove()
     }
 

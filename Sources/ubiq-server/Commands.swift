@@ -16,7 +16,7 @@ struct UbiqServer: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ubiq-server",
         abstract: "The ubiq sync server: keeps cloud containers and serves them over HTTP.",
-        subcommands: [Serve.self, Account.self],
+        subcommands: [Serve.self, Account.self, Migrate.self],
         defaultSubcommand: Serve.self)
 }
 

@@ -18,32 +18,13 @@ enum ReplicaBlobs: String, CaseIterable, Sendable {
 @Suite struct ReplicaTests {
     @Test(arguments: ReplicaBlobs.allCases)
     func twoMountsOnTwoReplicasOfOnePostgreSQLDatabaseSeeEachOthersChanges(blobs: ReplicaBlobs) async throws {
-        let cluster = try await PostgresTestCluster.shared()
-        let database = try await cluster.makeDatabase()
         let work = try TempDirectory("ubiq-replica")
         chmod(work.path, 0o700)
-        var bucket: S3TestBucket?
+        let shared = try await ScaleOutStorage.make(in: work, label: "replicas")
         var servers: [ServerProcess] = []
         var devices: [TestDevice] = []
         do {
-            var storage = [
-                "--metadata", "postgres://postgres@127.0.0.1:\(cluster.port)/\(database.database)", "--postgres-password-file", cluster.passwordFile,
-            ]
-            switch blobs {
-            case .folder:
-                storage += ["--blobs", "dir:" + work.path + "/blobs"]
-            case .bucket:
-                let made = try await S3TestServer.makeBucket("replicas")
-                bucket = made
-                let s3 = made.configuration
-                let keys = work.path + "/s3-keys"
-                try "[default]\naws_access_key_id = \(s3.credentials.accessKeyID)\naws_secret_access_key = \(s3.credentials.secretAccessKey)\n"
-                    .write(toFile: keys, atomically: true, encoding: .utf8)
-                storage += [
-                    "--blobs", "s3://\(s3.bucket)?endpoint=\(s3.endpoint.absoluteString)&region=\(s3.region)&prefix=blobs/",
-                    "--s3-credentials-file", keys,
-                ]
-            }
+            let storage = shared.metadataArguments + (blobs == .bucket ? shared.blobArguments : ["--blobs", "dir:" + work.path + "/blobs"])
             servers.append(try await ServerProcess.start(extraArguments: storage))
             servers.append(try await ServerProcess.start(extraArguments: storage))
             try await servers[0].addAccount("alice", password: "alice-pw")
@@ -60,24 +41,23 @@ enum ReplicaBlobs: String, CaseIterable, Sendable {
             try await eventually("A to read B's file whole") {
                 (try? await a.must(#"sha256sum < "$M/folder/b.bin" | cut -d' ' -f1"#)) == written
             }
-            if let bucket {
-                let digest = written.trimmingCharacters(in: .whitespacesAndNewlines)
-                #expect(try await bucket.keys(prefix: "blobs/").contains("blobs/" + digest), "the content is in the bucket under its digest")
-            } else {
-                let digest = written.trimmingCharacters(in: .whitespacesAndNewlines)
+            let digest = written.trimmingCharacters(in: .whitespacesAndNewlines)
+            switch blobs {
+            case .bucket:
+                #expect(try await shared.bucket.keys(prefix: "blobs/").contains("blobs/" + digest), "the content is in the bucket under its digest")
+            case .folder:
                 #expect(FileManager.default.fileExists(atPath: work.path + "/blobs/\(digest.prefix(2))/\(digest)"), "the content is in the shared folder")
             }
         } catch {
             for d in devices { await d.unmount(); d.remove() }
             for s in servers { await s.stop() }
-            try? await bucket?.remove()
+            await shared.remove()
             work.remove()
             throw error
         }
         for d in devices { await d.unmount(); d.remove() }
         for s in servers { await s.stop() }
-        try? await bucket?.remove()
+        await shared.remove()
         work.remove()
-        try await cluster.dropDatabase(database)
     }
 }

@@ -50,6 +50,52 @@ import Testing
         return (container, file)
     }
 
+    /// What `ubiq-server migrate` relies on: a SQLite store's rows go into an empty database in
+    /// one piece and read back byte for byte (a decomposed name stays decomposed), the cursors
+    /// go on above every copied one, and a database that holds anything refuses a second copy.
+    @Test func aSQLiteStoresDumpGoesInWholeAndReadsBackByteForByte() async throws {
+        let folder = try TempDirectory("ubiq-dump")
+        defer { folder.remove() }
+        let sqlite = try SQLiteMetadataStore(path: folder.path + "/metadata.sqlite")
+        let alice = try await sqlite.addAccount(name: "alice", passwordHash: "x")
+        let container = try await sqlite.container(.default, of: alice, create: true)!
+        let decomposed = "Cafe\u{301}"
+        let folderItem = try await sqlite.createItem(NewItem(
+            id: .random(), parentID: .root, name: try ItemName(decomposed), kind: .folder, digest: nil, declaredSize: nil,
+            mode: 0o755, created: 1, modified: 1, xattrs: [:]), in: container)
+        let content = Data("menu".utf8)
+        try await sqlite.recordBlob(sha256(content), size: Int64(content.count), for: alice)
+        _ = try await sqlite.createItem(NewItem(
+            id: .random(), parentID: folderItem.id, name: try ItemName("menu.txt"), kind: .file, digest: sha256(content), declaredSize: nil,
+            mode: 0o644, created: 2, modified: 2, xattrs: ["user.color": Data("blue".utf8)]), in: container)
+        _ = try await sqlite.setValue(Data("\"dark\"".utf8), for: "theme", in: container)
+        let dump = try await sqlite.exportAll()
+        #expect(dump.items.count == 3 && dump.changes.count >= 2 && dump.keyValues.count == 1)
+
+        try await withDatabase { _, database in
+            try await withStore(database) { pg in
+                try await pg.importAll(dump)
+                let back = try await pg.exportAll()
+                #expect(try dump.firstDifference(from: back) == nil)
+                #expect(back.items.contains { Array($0.item.name.utf8) == Array(decomposed.utf8) })
+                var composed = back
+                let index = try #require(composed.items.firstIndex { $0.item.name == decomposed })
+                composed.items[index].item.name = decomposed.precomposedStringWithCanonicalMapping
+                #expect(try dump.firstDifference(from: composed) == "items", "a name changed to its composed form is a difference")
+
+                let highest = try #require(dump.changes.map(\.seq).max())
+                let account = try #require(try await pg.accounts().first)
+                let copied = try #require(try await pg.container(.default, of: account, create: false))
+                _ = try await pg.setValue(Data("1".utf8), for: "after", in: copied)
+                let made = try await pg.createItem(NewItem(
+                    id: .random(), parentID: .root, name: try ItemName("after.txt"), kind: .file, digest: sha256(content), declaredSize: nil,
+                    mode: 0o644, created: 3, modified: 3, xattrs: [:]), in: copied)
+                #expect(Int64(made.revision.rawValue)! > highest, "a new change's cursor is above every copied one")
+                await #expect(throws: ImportRefused.self) { try await pg.importAll(dump) }
+            }
+        }
+    }
+
     @Test func concurrentUpdatesFromOneBaseThroughSeparateServersExactlyOneWins() async throws {
         try await withDatabase { _, database in
             try await withStore(database) { first in
