@@ -22,10 +22,12 @@ public struct ServerTrust: Codable, Sendable, Equatable {
                 return "--ca-file \(caFile) holds no PEM certificate that can be read (\(error))"
             }
         }
-        guard !insecure, let url = URL(string: server), url.scheme?.lowercased() == "http", let host = url.host, !Self.isLoopback(host) else {
-            return nil
+        guard !insecure else { return nil }
+        for address in ServerURL.addresses(server) {
+            guard let url = URL(string: address), url.scheme?.lowercased() == "http", let host = url.host, !Self.isLoopback(host) else { continue }
+            return "\(address) is plain http to another machine: the password and every file would cross the network unencrypted; use https://, or pass --insecure on a network you trust"
         }
-        return "\(server) is plain http to another machine: the password and every file would cross the network unencrypted; use https://, or pass --insecure on a network you trust"
+        return nil
     }
 
     static func isLoopback(_ host: String) -> Bool {

@@ -14,7 +14,7 @@ extension SyncHTTPClient {
     /// value the exact bytes it was written with, and the store's version: pass it as `since`
     /// next time. A removal since `since` is an entry whose `value` is nil.
     public func keyValues(since: Int64 = 0) async throws -> KeyValuePage {
-        let (status, body) = try await Self.send(http, request(.GET, APIPath.keyValues(container) + "?since=\(since)"), deadline: requestDeadline)
+        let (status, body) = try await send(request(.GET, APIPath.keyValues(container) + "?since=\(since)"), deadline: requestDeadline)
         guard status == 200 else { throw failure(status: status, body: body) }
         do { return try KeyValuePage(json: Data(body.readableBytesView)) } catch {
             throw RemoteError.protocolError("cannot read the server's answer as KeyValuePage: \(error)")
@@ -27,7 +27,7 @@ extension SyncHTTPClient {
         var r = request(.PUT, APIPath.keyValue(container, key))
         r.headers.add(name: "Content-Type", value: "application/json")
         r.body = .bytes(ByteBuffer(bytes: json))
-        let (status, body) = try await Self.send(http, r, deadline: requestDeadline)
+        let (status, body) = try await send(r, deadline: requestDeadline)
         guard status == 200 else { throw failure(status: status, body: body) }
         return try Self.decode(KeyValueWriteAnswer.self, body).version
     }

@@ -15,7 +15,7 @@ extension SyncHTTPClient {
     }
 
     public func removeShare(token: String) async throws {
-        let (status, data) = try await Self.send(http, request(.DELETE, APIPath.share(container, token: token)), deadline: requestDeadline)
+        let (status, data) = try await send(request(.DELETE, APIPath.share(container, token: token)), deadline: requestDeadline)
         guard status == 204 else { throw failure(status: status, body: data) }
     }
 }

@@ -15,8 +15,15 @@ import Synchronization
 public final class SyncHTTPClient: Sendable {
     /// As the user wrote it (see `ServerURL`).
     public let baseURL: String
-    /// What request paths are appended to.
-    let requestBase: String
+    /// What request paths are appended to, one per address: the replicas of one deployment when
+    /// the user named several. Requests go to one of them until it cannot be reached; the
+    /// next then go to the next (`movedOn`), which the engine's retry of the failed request
+    /// reaches. A replica serves any account and cursor of the deployment, so nothing else
+    /// changes.
+    let requestBases: [String]
+    /// The index in `requestBases` requests use now.
+    let currentBase = Atomic<Int>(0)
+    var requestBase: String { requestBases[currentBase.load(ordering: .relaxed)] }
     public let container: ContainerID
     let tokenBox: Mutex<String>
     var token: String { tokenBox.withLock { $0 } }
@@ -55,7 +62,7 @@ public final class SyncHTTPClient: Sendable {
         self.requestDeadline = requestDeadline
         self.tls = trust.tlsConfiguration()
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
-        self.requestBase = ServerURL.requestBase(self.baseURL)
+        self.requestBases = ServerURL.addresses(self.baseURL).map(ServerURL.requestBase)
         self.tokenBox = Mutex(token)
         self.freshToken = freshToken
         self.container = container
@@ -92,32 +99,63 @@ public final class SyncHTTPClient: Sendable {
     /// Trades a password for a bearer token. `device`: what this machine is called, shown in
     /// the account's list of tokens.
     public static func login(server: String, user: String, password: String, device: String? = nil, trust: ServerTrust = ServerTrust()) async throws -> TokenResponse {
-        let client = Self.shared
-        var request = HTTPClientRequest(url: ServerURL.requestBase(server) + APIPath.token)
-        request.tlsConfiguration = trust.tlsConfiguration()
-        request.method = .POST
-        request.headers.add(name: "Content-Type", value: "application/json")
-        request.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(TokenRequest(user: user, password: password, device: device))))
-        let (status, body) = try await send(client, request)
-        guard status == 201 else { throw error(status: status, body: body) }
-        return try decode(TokenResponse.self, body)
+        let body = try JSONEncoder().encode(TokenRequest(user: user, password: password, device: device))
+        let (status, answer) = try await sendToFirstAnswering(server) { base in
+            var request = HTTPClientRequest(url: base + APIPath.token)
+            request.tlsConfiguration = trust.tlsConfiguration()
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: body))
+            return request
+        }
+        guard status == 201 else { throw error(status: status, body: answer) }
+        return try decode(TokenResponse.self, answer)
     }
 
     /// Revokes `token` on the server: nothing can use it any more.
     public static func logout(server: String, token: String, trust: ServerTrust = ServerTrust()) async throws {
-        var request = HTTPClientRequest(url: ServerURL.requestBase(server) + APIPath.token)
-        request.tlsConfiguration = trust.tlsConfiguration()
-        request.method = .DELETE
-        request.headers.add(name: "Authorization", value: "Bearer \(token)")
-        let (status, body) = try await send(Self.shared, request)
+        let (status, body) = try await sendToFirstAnswering(server) { base in
+            var request = HTTPClientRequest(url: base + APIPath.token)
+            request.tlsConfiguration = trust.tlsConfiguration()
+            request.method = .DELETE
+            request.headers.add(name: "Authorization", value: "Bearer \(token)")
+            return request
+        }
         guard status == 204 else { throw error(status: status, body: body) }
     }
 
     public static func health(server: String) async throws -> HealthResponse {
-        let client = Self.shared
-        let (status, body) = try await send(client, HTTPClientRequest(url: ServerURL.requestBase(server) + APIPath.health))
+        let (status, body) = try await sendToFirstAnswering(server) { HTTPClientRequest(url: $0 + APIPath.health) }
         guard status == 200 else { throw error(status: status, body: body) }
         return try decode(HealthResponse.self, body)
+    }
+
+    /// The request made for each address of `server` in turn, until one can be reached.
+    static func sendToFirstAnswering(_ server: String, _ request: (String) -> HTTPClientRequest) async throws -> (Int, ByteBuffer) {
+        let bases = ServerURL.addresses(server).map(ServerURL.requestBase)
+        for base in bases.dropLast() {
+            do { return try await send(Self.shared, request(base)) } catch RemoteError.unreachable {}
+        }
+        return try await send(Self.shared, request(bases.last ?? ServerURL.requestBase(server)))
+    }
+
+    /// A request to `url` found its server unreachable: later requests go to the next address,
+    /// unless another request moved on already (then `url` is not the current one's).
+    func movedOn(from url: String) {
+        guard requestBases.count > 1, !Task.isCancelled else { return }
+        let index = currentBase.load(ordering: .relaxed)
+        guard url.hasPrefix(requestBases[index]) else { return }
+        _ = currentBase.compareExchange(expected: index, desired: (index + 1) % requestBases.count, ordering: .relaxed)
+    }
+
+    /// `Self.send`, moving on to the next address when this one cannot be reached.
+    func send(_ request: HTTPClientRequest, via client: HTTPClient? = nil, deadline: TimeAmount?) async throws -> (Int, ByteBuffer) {
+        do {
+            return try await Self.send(client ?? http, request, deadline: deadline)
+        } catch RemoteError.unreachable(let why) {
+            movedOn(from: request.url)
+            throw RemoteError.unreachable(why)
+        }
     }
 
     // MARK: Requests
@@ -141,7 +179,7 @@ public final class SyncHTTPClient: Sendable {
             r.headers.add(name: "Content-Type", value: "application/json")
             r.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(body)))
         }
-        let (status, data) = try await Self.send(http, r, deadline: carriesContent ? nil : requestDeadline)
+        let (status, data) = try await send(r, deadline: carriesContent ? nil : requestDeadline)
         guard expect.contains(status) else { throw failure(status: status, body: data) }
         return try Self.decode(T.self, data)
     }
@@ -270,7 +308,7 @@ public final class SyncHTTPClient: Sendable {
     }
 
     public func hasBlob(_ digest: ContentDigest) async throws -> Bool {
-        let (status, body) = try await Self.send(http, request(.HEAD, APIPath.blob(digest)), deadline: requestDeadline)
+        let (status, body) = try await send(request(.HEAD, APIPath.blob(digest)), deadline: requestDeadline)
         switch status {
         case 200: return true
         case 404: return false
@@ -285,7 +323,7 @@ public final class SyncHTTPClient: Sendable {
         r.headers.add(name: "Content-Type", value: "application/octet-stream")
         let chunks = try FileChunks(path: path, size: size, progress: progress)
         r.body = .stream(chunks, length: .known(size))
-        let (status, body) = try await Self.send(http, r, deadline: nil)
+        let (status, body) = try await send(r, deadline: nil)
         guard status == 201 || status == 200 else { throw failure(status: status, body: body) }
     }
 
@@ -311,6 +349,7 @@ public final class SyncHTTPClient: Sendable {
             return { throw RemoteError.protocolError("cannot build a request: \(error)") }
         }
         let delegate = DownloadDelegate(range: range, receive: receive)
+        let url = request.url.absoluteString
         let client = range.count > Self.longDownloadBytes || range.isEmpty ? longDownloads : downloads
         let task = client.execute(request: request, delegate: delegate, eventLoop: .delegate(on: downloadLoop))
         return {
@@ -326,7 +365,9 @@ public final class SyncHTTPClient: Sendable {
                 // What `receive` threw (a full disk) is the cause; the transport's error only says
                 // the request was torn down because of it.
                 if let cause = delegate.receiveError { throw cause }
-                throw Self.transportError(error)
+                let failure = Self.transportError(error)
+                if case .unreachable = failure { self.movedOn(from: url) }
+                throw failure
             }
         }
     }
@@ -353,10 +394,12 @@ public final class SyncHTTPClient: Sendable {
                     }
                     continuation.finish()
                 } catch let error as RemoteError {
+                    if case .unreachable = error { movedOn(from: r.url) }
                     continuation.finish(throwing: error)
                 } catch is DecodingError {
                     continuation.finish(throwing: RemoteError.protocolError("bad event on the push stream"))
                 } catch {
+                    movedOn(from: r.url)
                     continuation.finish(throwing: RemoteError.unreachable(String(describing: error)))
                 }
             }

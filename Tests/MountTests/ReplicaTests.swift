@@ -60,4 +60,58 @@ enum ReplicaBlobs: String, CaseIterable, Sendable {
         await shared.remove()
         work.remove()
     }
+
+    /// A mount that names both replicas (`--server A,B`) uploads through the first, over a slow
+    /// link; the first is killed mid-upload. What it acknowledged before is on the other
+    /// replica, and the mount carries on there: the cut upload is sent again and arrives whole,
+    /// and later writes follow.
+    @Test func aDeviceWhoseReplicaIsKilledMidUploadCarriesOnThroughTheOther() async throws {
+        let work = try TempDirectory("ubiq-failover")
+        chmod(work.path, 0o700)
+        let shared = try await ScaleOutStorage.make(in: work, label: "failover")
+        var servers: [ServerProcess] = []
+        var devices: [TestDevice] = []
+        var relay: ThrottledRelay?
+        do {
+            servers.append(try await ServerProcess.start(extraArguments: shared.serverArguments))
+            servers.append(try await ServerProcess.start(extraArguments: shared.serverArguments))
+            try await servers[0].addAccount("alice", password: "alice-pw")
+            // 1 MB/s towards the first replica: a 4 MB upload takes about four seconds.
+            let slow = try ThrottledRelay(to: servers[0].port, bytesPerSecond: 1_000_000)
+            relay = slow
+            devices.append(try await TestDevice.mount(
+                "A", server: servers[0], through: "\(slow.baseURL),\(servers[1].baseURL)", user: "alice", password: "alice-pw"))
+            devices.append(try await TestDevice.mount("B", server: servers[1], user: "alice", password: "alice-pw"))
+            let (a, b) = (devices[0], devices[1])
+            try await a.must(#"mkdir "$M/acknowledged" && for i in 1 2 3 4 5; do echo "note $i" > "$M/acknowledged/$i.txt"; done"#)
+            try await a.waitUntilUploaded()
+            try await a.must(#"head -c 4000000 /dev/urandom > "$M/big.bin""#)
+            let written = try await a.must(#"sha256sum < "$M/big.bin" | cut -d' ' -f1"#)
+            try await eventually("A to be sending big.bin through the first replica") {
+                (try? await a.xattr("big.bin", "user.ubiq.isUploading")) == "1"
+            }
+            servers[0].kill9()
+            try await eventually("B to read big.bin whole, sent again through the second replica") {
+                (try? await b.must(#"sha256sum < "$M/big.bin" | cut -d' ' -f1"#)) == written
+            }
+            for i in 1...5 {
+                #expect(try await b.must(#"cat "$M/acknowledged/\#(i).txt""#) == "note \(i)\n", "an acknowledged write is on the other replica")
+            }
+            try await a.must(#"echo later > "$M/later.txt""#)
+            try await eventually("B to read what A wrote after the kill") { (try? await b.must(#"cat "$M/later.txt""#)) == "later\n" }
+            #expect(try await a.status().connected, "A counts itself connected, through the second replica")
+        } catch {
+            for d in devices { await d.unmount(); d.remove() }
+            relay?.close()
+            for s in servers { await s.stop() }
+            await shared.remove()
+            work.remove()
+            throw error
+        }
+        for d in devices { await d.unmount(); d.remove() }
+        relay?.close()
+        for s in servers { await s.stop() }
+        await shared.remove()
+        work.remove()
+    }
 }
