@@ -35,6 +35,19 @@ enum ReplicaBlobs: String, CaseIterable, Sendable {
             try await eventually("B, on the other replica, to read A's file") {
                 (try? await b.must(#"cat "$M/a.txt""#)) == "from-a\n"
             }
+            // Within a second, from the write's return on A to B reading it through the other
+            // replica: the median of five (one sample may meet a loaded machine).
+            var delays: [Duration] = []
+            for i in 1...5 {
+                let clock = ContinuousClock()
+                let start = clock.now
+                try await a.must(#"echo "change \#(i)" > "$M/timed.txt""#)
+                try await eventually("B to read change \(i)") { (try? await b.must(#"cat "$M/timed.txt""#)) == "change \(i)\n" }
+                delays.append(clock.now - start)
+            }
+            let median = delays.sorted()[2]
+            print("ReplicaTests (\(blobs.rawValue)): from A's write to B's read through two replicas: \(delays.map { $0.formatted(.units(allowed: [.milliseconds])) })")
+            #expect(median < .seconds(1), "from A's write to B's read, through two replicas: \(delays)")
             // Large enough to go up as a blob of its own, not inline with its create.
             try await b.must(#"mkdir "$M/folder" && head -c 3000000 /dev/urandom > "$M/folder/b.bin""#)
             let written = try await b.must(#"sha256sum < "$M/folder/b.bin" | cut -d' ' -f1"#)
