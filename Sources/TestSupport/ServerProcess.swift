@@ -1,9 +1,17 @@
 import Foundation
+import Testing
 
 /// A real `ubiq-server` process on loopback, with its own data folder.
 ///
 /// Starts the built executable (see `Binaries`), waits for its "listening on" line and reads
 /// the port from it (it listens on port 0, so parallel tests never collide).
+///
+/// With `UBIQ_TEST_DEPLOYMENT=replicas` in the environment, a server started without storage
+/// options of its own is two processes, replicas on a database of the tests' PostgreSQL cluster
+/// and a bucket of their S3 server: `baseURL` (the HTTP API, the account commands) is the
+/// first, the devices mount the two in turn (`nextDeviceReplica`), and `kill9`, `restart`, `halt` and
+/// `stop` act on both. The suites run unchanged that way; docs/ARCHITECTURE.md, "Where the
+/// tests live", says which look into a data folder and so run only as one server.
 public final class ServerProcess: @unchecked Sendable {
     // Unchecked: `process` is replaced only by `restart`, which tests call from one task.
     public let dataDirectory: String
@@ -19,10 +27,48 @@ public final class ServerProcess: @unchecked Sendable {
     /// `https://` when the server was started with `--tls-cert`.
     public var baseURL: String { "\(extraArguments.contains("--tls-cert") ? "https" : "http")://127.0.0.1:\(port)" }
 
+    /// Whether this run's servers are replicas (see the type's comment).
+    public static var replicated: Bool { ProcessInfo.processInfo.environment["UBIQ_TEST_DEPLOYMENT"] == "replicas" }
+
+    /// The other replica, in a replicated run.
+    private(set) var replica: ServerProcess?
+    /// The database and bucket a replicated run made for this server, dropped by `stop`.
+    var sharedStorage: ScaleOutStorage?
+    /// Which replica the next device mounts (`nextDeviceReplica`).
+    private var devicesMounted = 0
+
     public static func start(extraArguments: [String] = []) async throws -> ServerProcess {
+        let ownStorage = extraArguments.contains { ["--metadata", "--blobs"].contains($0) }
+        guard replicated && !ownStorage else { return try await startOne(extraArguments: extraArguments) }
+        let storage = try await ScaleOutStorage.make(label: "replicas")
+        do {
+            let first = try await startOne(extraArguments: extraArguments + storage.serverArguments)
+            first.sharedStorage = storage
+            do {
+                first.replica = try await startOne(extraArguments: extraArguments + storage.serverArguments)
+            } catch {
+                await first.stop()
+                throw error
+            }
+            return first
+        } catch {
+            await storage.remove()
+            throw error
+        }
+    }
+
+    static func startOne(extraArguments: [String]) async throws -> ServerProcess {
         let work = try TempDirectory("ubiq-server")
         let (process, port, lifeline) = try await launch(data: work.path + "/data", log: work.path, port: 0, extra: extraArguments)
         return ServerProcess(work: work, process: process, port: port, lifeline: lifeline, extra: extraArguments)
+    }
+
+    /// The process the next device mounts: in a replicated run the replicas in turn, the
+    /// first device on the first, so that two devices sync through two replicas.
+    public func nextDeviceReplica() -> ServerProcess {
+        guard let replica else { return self }
+        defer { devicesMounted += 1 }
+        return devicesMounted % 2 == 0 ? self : replica
     }
 
     init(work: TempDirectory, process: Process, port: Int, lifeline: FileHandle, extra: [String]) {
@@ -111,6 +157,7 @@ public final class ServerProcess: @unchecked Sendable {
     public func kill9() {
         kill(process.processIdentifier, SIGKILL)
         while process.stillRunning { usleep(1_000) }
+        replica?.kill9()
     }
 
     /// Starts the server again on the same data folder: on the same port when `samePort` (so
@@ -123,19 +170,23 @@ public final class ServerProcess: @unchecked Sendable {
         self.process = p
         self.port = port
         self.lifeline = lifeline
+        try await replica?.restart(samePort: samePort, extraArguments: replaced)
     }
 
     /// SIGTERM, a bounded wait, then SIGKILL; the data folder stays.
     public func halt() async {
+        await replica?.halt()
         guard process.stillRunning else { return }
         process.terminate()
         try? await eventually(timeout: .seconds(10), "ubiq-server to exit") { !self.process.stillRunning }
         if process.stillRunning { kill9() }
     }
 
-    /// `halt`, and the data folder is removed.
+    /// `halt`, and the data folder is removed (with a replicated run's database and bucket).
     public func stop() async {
         await halt()
+        await replica?.stop()
+        await sharedStorage?.remove()
         workDirectory.remove()
     }
 
@@ -160,5 +211,14 @@ public func withServer<T>(extraArguments: [String] = [], _ body: (ServerProcess)
     } catch {
         await server.stop()
         throw error
+    }
+}
+
+extension Trait where Self == ConditionTrait {
+    /// For a test that looks into one server's SQLite data folder (its blob files, its account
+    /// commands by `--data` alone, a second server on the folder): it does not run against
+    /// replicas (`UBIQ_TEST_DEPLOYMENT=replicas`), whose storage is elsewhere.
+    public static var oneServerOnly: Self {
+        .disabled(if: ServerProcess.replicated, "looks into one server's SQLite data folder")
     }
 }

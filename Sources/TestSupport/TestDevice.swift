@@ -39,7 +39,7 @@ public final class TestDevice: @unchecked Sendable {
         _ name: String, server: ServerProcess, through url: String? = nil, user: String, password: String,
         extraArguments: [String] = [], loginArguments: [String] = [], prepare: ((TestDevice) async throws -> Void)? = nil
     ) async throws -> TestDevice {
-        let serverURL = url ?? server.baseURL
+        let serverURL = url ?? server.nextDeviceReplica().baseURL
         let device = TestDevice(name: name, home: try TempDirectory("ubiq-device-\(name)"), serverURL: serverURL, extraArguments: extraArguments)
         try FileManager.default.createDirectory(atPath: device.mountpoint, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: device.cache, withIntermediateDirectories: true)

@@ -14,10 +14,10 @@ import Testing
         find . -name .ubiq-versions -prune -o -type f -exec sha256sum {} + | LC_ALL=C sort -k2
         """#
 
-    @Test func aServerCopiedIntoPostgreSQLAndS3ServesTheSameTreeToItsMounts() async throws {
+    @Test(.oneServerOnly) func aServerCopiedIntoPostgreSQLAndS3ServesTheSameTreeToItsMounts() async throws {
         let work = try TempDirectory("ubiq-migrate")
         chmod(work.path, 0o700)
-        let target = try await ScaleOutStorage.make(in: work, label: "migrated")
+        let target = try await ScaleOutStorage.make(label: "migrated")
         let server = try await ServerProcess.start()
         var devices: [TestDevice] = []
         do {

@@ -175,7 +175,7 @@ func withRelayedDevices(extraArguments: [String] = [], _ body: (ServerProcess, [
     do {
         try await server.addAccount("alice", password: "alice-pw")
         for name in ["A", "B"] {
-            let relay = try ThrottledRelay(to: server.port)
+            let relay = try ThrottledRelay(to: server.nextDeviceReplica().port)
             relays.append(relay)
             devices.append(try await TestDevice.mount(name, server: server, through: relay.baseURL, user: "alice", password: "alice-pw", extraArguments: extraArguments))
         }

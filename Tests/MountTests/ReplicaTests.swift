@@ -20,7 +20,7 @@ enum ReplicaBlobs: String, CaseIterable, Sendable {
     func twoMountsOnTwoReplicasOfOnePostgreSQLDatabaseSeeEachOthersChanges(blobs: ReplicaBlobs) async throws {
         let work = try TempDirectory("ubiq-replica")
         chmod(work.path, 0o700)
-        let shared = try await ScaleOutStorage.make(in: work, label: "replicas")
+        let shared = try await ScaleOutStorage.make(label: "replicas")
         var servers: [ServerProcess] = []
         var devices: [TestDevice] = []
         do {
@@ -81,7 +81,7 @@ enum ReplicaBlobs: String, CaseIterable, Sendable {
     @Test func aDeviceWhoseReplicaIsKilledMidUploadCarriesOnThroughTheOther() async throws {
         let work = try TempDirectory("ubiq-failover")
         chmod(work.path, 0o700)
-        let shared = try await ScaleOutStorage.make(in: work, label: "failover")
+        let shared = try await ScaleOutStorage.make(label: "failover")
         var servers: [ServerProcess] = []
         var devices: [TestDevice] = []
         var relay: ThrottledRelay?

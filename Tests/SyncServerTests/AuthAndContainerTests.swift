@@ -93,7 +93,7 @@ import Testing
         }
     }
 
-    @Test func accountCommandsListAndRemove() async throws {
+    @Test(.oneServerOnly) func accountCommandsListAndRemove() async throws {
         try await withServer { server in
             try await server.addAccount("carol", password: "pw")
             let list = try await run(Binaries.path("ubiq-server"), ["account", "list", "--data", server.dataDirectory])

@@ -51,7 +51,7 @@ import Testing
         }
     }
 
-    @Test func contentIsStoredOncePerDigestAndCheckedOnUpload() async throws {
+    @Test(.oneServerOnly) func contentIsStoredOncePerDigestAndCheckedOnUpload() async throws {
         try await withLive { live in
             let (a, c) = (live.alice, live.c)
             let content = Data("shared content")

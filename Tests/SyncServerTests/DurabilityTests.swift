@@ -51,7 +51,7 @@ import Testing
     /// Two servers on one data folder would share its database, and the second would unlink
     /// the first's socket: the second exits at once. Once the first is gone, a server on a Unix
     /// socket serves the same data (each user's embedded server listens so).
-    @Test func oneServerPerDataFolderAndAUnixSocketServesTheSameData() async throws {
+    @Test(.oneServerOnly) func oneServerPerDataFolderAndAUnixSocketServesTheSameData() async throws {
         try await withServer { server in
             try await server.addAccount("alice", password: "pw")
             let http = try await TestHTTP(baseURL: server.baseURL).login("alice", "pw")

@@ -20,7 +20,7 @@ import Testing
 
     /// The identity is the account's, not the address's or the login's: a device that names the
     /// server otherwise, or logged in again, sees the same one.
-    @Test func theSameThroughEveryAddressAndTokenAndAfterARestart() async throws {
+    @Test(.oneServerOnly) func theSameThroughEveryAddressAndTokenAndAfterARestart() async throws {
         try await withServer { server in
             try await server.addAccount("alice", password: "pw")
             let first = try await TestHTTP(baseURL: server.baseURL).login("alice", "pw")

@@ -77,7 +77,10 @@ import Testing
             for path in [APIPath.changes(live.c) + "?since=\(alices.cursor)", APIPath.changes(live.c), APIPath.containers,
                          APIPath.keyValues(live.c), APIPath.shares(live.c), APIPath.children(live.c, .root)] {
                 let r = try await bob.send(.GET, path)
-                #expect(r.status == 200, "\(path): \(r.status) \(r.text)")
+                // PostgreSQL counts cursors per container: hers may lie ahead of his log, which
+                // then refuses it as any cursor it never handed out.
+                let refusedAsAhead = ServerProcess.replicated && path.contains("?since=") && r.status == 400 && r.errorCode == .invalidCursor
+                #expect(r.status == 200 || refusedAsAhead, "\(path): \(r.status) \(r.text)")
                 try expectNoSecret(r, alices, path)
                 #expect(!r.text.contains(alices.file.id.rawValue) && !r.text.contains(alices.token), "\(path): \(r.text)")
             }

@@ -120,7 +120,7 @@ import Testing
         }
     }
 
-    @Test func contentsNothingNamesAreDeletedAfterTheRetentionAndNamedOnesStay() async throws {
+    @Test(.oneServerOnly) func contentsNothingNamesAreDeletedAfterTheRetentionAndNamedOnesStay() async throws {
         try await withLive(extraArguments: ["--keep-versions", "5s"]) { live in
             let (a, c) = (live.alice, live.c)
             let kept = try await a.createFile(c, parent: .root, name: "kept.txt", content: Data(String(repeating: "k", count: 100_000).utf8))

@@ -51,7 +51,7 @@ import Testing
         }
     }
 
-    @Test func anOperatorListsAnAccountsTokensAndRevokesOneOrAll() async throws {
+    @Test(.oneServerOnly) func anOperatorListsAnAccountsTokensAndRevokesOneOrAll() async throws {
         try await withLive(extraArguments: ["--auth-cache-seconds", "0"]) { live in
             let laptop = try await login(live, "alice", "alice-pw", device: "laptop")
             let phone = try await login(live, "alice", "alice-pw", device: "phone\u{7}\n")
@@ -112,7 +112,7 @@ import Testing
         }
     }
 
-    @Test(arguments: [true, false])
+    @Test(.oneServerOnly, arguments: [true, false])
     func removingAnAccountDeletesTheContentsOnlyItHeld(serverRunning: Bool) async throws {
         try await withLive { live in
             let own = Data("alice's alone \(serverRunning)".utf8), common = Data("both hold this".utf8)
