@@ -37,7 +37,10 @@ public enum StorageCopy {
         // Every content the source holds, however recent.
         let digests = try await sourceBlobs.digests(writtenBefore: .max)
         progress("copying \(digests.count) contents")
-        try await withThrowingTaskGroup(of: (copied: Bool, bytes: Int64).self) { group in
+        // What the target holds now, as the copy learned it: the check below asks the target
+        // only about contents the source did not list.
+        var atTarget: [ContentDigest: Int64] = [:]
+        try await withThrowingTaskGroup(of: (digest: ContentDigest, copied: Bool, bytes: Int64).self) { group in
             var pending = digests[...]
             func startNext() {
                 guard let digest = pending.popFirst() else { return }
@@ -45,6 +48,7 @@ public enum StorageCopy {
             }
             for _ in 0..<parallelCopies { startNext() }
             while let outcome = try await group.next() {
+                atTarget[outcome.digest] = outcome.bytes
                 if outcome.copied {
                     report.contentsCopied += 1
                     report.bytesCopied += outcome.bytes
@@ -57,7 +61,8 @@ public enum StorageCopy {
         var missing: [String] = []
         for (hex, size) in dump.namedContents.sorted(by: { $0.key < $1.key }) {
             let digest = try ContentDigest(hex: hex)
-            if try await targetBlobs.size(of: digest) != size { missing.append(hex) }
+            let held = try await atTarget[digest].asyncOr { try await targetBlobs.size(of: digest) }
+            if held != size { missing.append(hex) }
         }
         guard missing.isEmpty else {
             throw CopyFailed("\(missing.count) contents the metadata names are not in the source's blob store at their size (first: \(missing[0])); nothing was copied into the target's metadata")
@@ -72,11 +77,11 @@ public enum StorageCopy {
     }
 
     /// Copies one content unless the target has it at its size; true when it did.
-    static func copy(_ digest: ContentDigest, from source: any BlobStore, to target: any BlobStore) async throws -> (copied: Bool, bytes: Int64) {
+    static func copy(_ digest: ContentDigest, from source: any BlobStore, to target: any BlobStore) async throws -> (digest: ContentDigest, copied: Bool, bytes: Int64) {
         let reader = try await source.openReader(digest)
         defer { reader.close() }
         let size = reader.size
-        if try await target.size(of: digest) == size { return (false, size) }
+        if try await target.size(of: digest) == size { return (digest, false, size) }
         let writer = try await target.makeWriter()
         do {
             try await reader.read(0..<size, chunkSize: chunkSize) { chunk in try await writer.write(chunk) }
@@ -85,7 +90,7 @@ public enum StorageCopy {
             await writer.abort()
             throw CopyFailed("content \(digest.hex): \(error)")
         }
-        return (true, size)
+        return (digest, true, size)
     }
 }
 
@@ -93,4 +98,12 @@ public enum StorageCopy {
 public struct CopyFailed: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
+}
+
+extension Optional {
+    /// The value, or what `fallback` finds when there is none.
+    func asyncOr(_ fallback: () async throws -> Wrapped?) async rethrows -> Wrapped? {
+        if let self { return self }
+        return try await fallback()
+    }
 }

@@ -77,7 +77,8 @@ struct Migrate: AsyncParsableCommand {
                 do {
                     report = try await StorageCopy.run(
                         metadata: exporter, into: importer, blobs: source.storage.blobs, into: target.storage.blobs,
-                        progress: { print($0) })
+                        // Written at once, also into a pipe or a log: the copy may take minutes.
+                        progress: { FileHandle.standardOutput.write(Data(($0 + "\n").utf8)) })
                 } catch let error as CopyFailed {
                     throw Failure(error.description)
                 } catch let error as ImportRefused {
