@@ -95,22 +95,39 @@ extension PostgresMetadataStore: MetadataExporting, MetadataImporting {
                     SELECT setval(pg_get_serial_sequence('\(unescaped: table)', 'key'), k) FROM (SELECT MAX(key) AS k FROM \(unescaped: table)) m WHERE k IS NOT NULL
                     """)
             }
+            // The two long tables go a thousand rows a statement (a round trip per row was most
+            // of a migration's metadata time). Foreign keys are checked at each statement's end,
+            // and the items come parents first, so each batch finds its folders.
+            var itemRows: [[String: Any]] = []
+            itemRows.reserveCapacity(items.count)
             for entry in items {
                 let item = entry.item
                 guard let revision = item.revision.sequenceNumber else { throw ImportRefused("item \(item.id.rawValue) has the revision '\(item.revision.rawValue)', not a number") }
-                let xattrs = try PostgresRows.json(item.xattrs)
-                let conflicts = item.conflicts.isEmpty ? nil : try PostgresRows.json(item.conflicts)
-                try await tx.run("""
-                    INSERT INTO items (container_key, id, parent_id, name, kind, revision, size, digest, mode, created, modified, xattrs, conflicts, deleted, saved_by, target)
-                    VALUES (\(entry.containerKey), \(item.id.rawValue), \(item.parentID?.rawValue), \(item.name), \(item.kind.rawValue), \(revision), \(item.size),
-                            \(item.digest?.hex), \(Int64(item.mode)), \(item.created), \(item.modified), \(xattrs)::jsonb, \(conflicts)::jsonb, \(item.deleted),
-                            \(entry.savedBy), \(item.target))
-                    """)
+                itemRows.append([
+                    "container_key": entry.containerKey, "id": item.id.rawValue, "parent_id": item.parentID?.rawValue ?? NSNull(), "name": item.name,
+                    "kind": item.kind.rawValue, "revision": revision, "size": item.size, "digest": item.digest?.hex ?? NSNull(), "mode": Int64(item.mode),
+                    "created": item.created, "modified": item.modified, "xattrs": try PostgresRows.json(item.xattrs),
+                    "conflicts": item.conflicts.isEmpty ? NSNull() : try PostgresRows.json(item.conflicts), "deleted": item.deleted,
+                    "saved_by": entry.savedBy ?? NSNull(), "target": item.target ?? NSNull(),
+                ])
             }
-            for c in dump.changes {
-                try await tx.run("""
-                    INSERT INTO changes (container_key, seq, item_id, kind, item_json) VALUES (\(c.containerKey), \(c.seq), \(c.itemID), \(c.kind), \(c.itemJSON))
-                    """)
+            try await Self.insertInBatches(itemRows, tx) { rows in
+                """
+                INSERT INTO items (container_key, id, parent_id, name, kind, revision, size, digest, mode, created, modified, xattrs, conflicts, deleted, saved_by, target)
+                SELECT container_key, id, parent_id, name, kind, revision, size, digest, mode, created, modified, xattrs::jsonb, conflicts::jsonb, deleted, saved_by, target
+                FROM jsonb_to_recordset(\(rows)::jsonb) AS r(container_key bigint, id text, parent_id text, name text, kind text, revision bigint, size bigint,
+                    digest text, mode bigint, created bigint, modified bigint, xattrs text, conflicts text, deleted boolean, saved_by text, target text)
+                """
+            }
+            let changeRows: [[String: Any]] = dump.changes.map {
+                ["container_key": $0.containerKey, "seq": $0.seq, "item_id": $0.itemID, "kind": $0.kind, "item_json": $0.itemJSON.base64EncodedString()]
+            }
+            try await Self.insertInBatches(changeRows, tx) { rows in
+                """
+                INSERT INTO changes (container_key, seq, item_id, kind, item_json)
+                SELECT container_key, seq, item_id, kind, decode(item_json, 'base64')
+                FROM jsonb_to_recordset(\(rows)::jsonb) AS r(container_key bigint, seq bigint, item_id text, kind text, item_json text)
+                """
             }
             for g in dump.grants {
                 try await tx.run("INSERT INTO account_blobs (account_key, digest, size, granted) VALUES (\(g.accountKey), \(g.digest), \(g.size), \(g.granted))")
@@ -143,6 +160,17 @@ extension PostgresMetadataStore: MetadataExporting, MetadataImporting {
             for p in dump.pendingDeletions {
                 try await tx.run("INSERT INTO blob_deletions (digest, queued) VALUES (\(p.digest), \(p.queued))")
             }
+        }
+    }
+
+    static let batchSize = 1_000
+
+    /// `rows` (column name to value, nil as `NSNull`) a batch at a time, each batch handed to
+    /// `statement` as one JSON array for `jsonb_to_recordset`.
+    static func insertInBatches(_ rows: [[String: Any]], _ tx: Transaction, _ statement: (String) -> PostgresQuery) async throws {
+        for start in stride(from: 0, to: rows.count, by: batchSize) {
+            let batch = Array(rows[start..<min(rows.count, start + batchSize)])
+            try await tx.run(statement(String(decoding: try JSONSerialization.data(withJSONObject: batch), as: UTF8.self)))
         }
     }
 
