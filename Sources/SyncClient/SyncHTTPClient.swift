@@ -144,14 +144,15 @@ public final class SyncHTTPClient: Sendable {
     func movedOn(from url: String) {
         guard requestBases.count > 1, !Task.isCancelled else { return }
         let index = currentBase.load(ordering: .relaxed)
-        guard url.hasPrefix(requestBases[index]) else { return }
+        // Paths start with a slash: `http://h:1` must not claim `http://h:10/…`.
+        guard url.hasPrefix(requestBases[index] + "/") else { return }
         _ = currentBase.compareExchange(expected: index, desired: (index + 1) % requestBases.count, ordering: .relaxed)
     }
 
     /// `Self.send`, moving on to the next address when this one cannot be reached.
-    func send(_ request: HTTPClientRequest, via client: HTTPClient? = nil, deadline: TimeAmount?) async throws -> (Int, ByteBuffer) {
+    func send(_ request: HTTPClientRequest, deadline: TimeAmount?) async throws -> (Int, ByteBuffer) {
         do {
-            return try await Self.send(client ?? http, request, deadline: deadline)
+            return try await Self.send(http, request, deadline: deadline)
         } catch RemoteError.unreachable(let why) {
             movedOn(from: request.url)
             throw RemoteError.unreachable(why)

@@ -2,8 +2,8 @@ import CacheFiles
 import Foundation
 import ItemModel
 import LocalState
-import OpenFiles
 import Logging
+import OpenFiles
 import SyncAPI
 import Synchronization
 
