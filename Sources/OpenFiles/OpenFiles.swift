@@ -145,6 +145,19 @@ public final class OpenFiles: Sendable {
         func handles(of ino: Int64) -> some Sequence<(key: UInt64, value: Handle)> {
             handles.lazy.filter { $0.value.ino == ino }
         }
+
+        /// The file's cache file is about to be unlinked under its descriptors: those `isOld`
+        /// picks become old copies, and the kernel's pages of the file count as theirs. Nil,
+        /// marking nothing, when a writer has the file open (it writes into that file); else
+        /// how many it marked.
+        mutating func markOldCopies(of ino: Int64, where isOld: (Handle) -> Bool) -> Int? {
+            let ours = Array(handles(of: ino))
+            if ours.contains(where: { $0.value.writable }) { return nil }
+            let old = ours.filter { isOld($0.value) }
+            for (id, _) in old { handles[id]?.oldCopy = true }
+            if !old.isEmpty { update(ino) { $0.pagesOfOldCopy = true } }
+            return old.count
+        }
     }
 
     let table = Mutex(Table())
@@ -375,30 +388,16 @@ extension OpenFiles {
     /// of the inode, which they read too, with the new version. False also when a writer has
     /// the file open (it writes into that file, and needs it whole before it opens).
     public func willRefill(_ ino: Int64, for digest: ContentDigest) -> Bool {
-        table.withLock { t in
-            let ours = Array(t.handles(of: ino))
-            if ours.contains(where: { $0.value.writable }) { return false }
-            let others = ours.filter { !$0.value.oldCopy && $0.value.digest != digest }
-            guard !others.isEmpty else { return false }
-            for (id, _) in others { t.handles[id]?.oldCopy = true }
-            t.update(ino) { $0.pagesOfOldCopy = true }
-            return true
-        }
+        table.withLock { t in (t.markOldCopies(of: ino) { !$0.oldCopy && $0.digest != digest } ?? 0) > 0 }
     }
 
     /// A stale copy's cache file is about to be unlinked and a new version downloaded into a
     /// new one: descriptors open on the old file keep reading it (old copies). False refuses:
     /// a writer has the file open, and writes into that cache file.
     public func willReplaceStaleCopy(_ ino: Int64) -> Bool {
-        table.withLock { t in
-            let ours = Array(t.handles(of: ino))
-            if ours.contains(where: { $0.value.writable }) { return false }
-            // The others followed a download that never completed: their reads fail, as they
-            // do for any handle whose version was replaced.
-            for (id, h) in ours where h.knownLocal { t.handles[id]?.oldCopy = true }
-            if ours.contains(where: { $0.value.knownLocal }) { t.update(ino) { $0.pagesOfOldCopy = true } }
-            return true
-        }
+        // The others followed a download that never completed: their reads fail, as they do
+        // for any handle whose version was replaced.
+        table.withLock { t in t.markOldCopies(of: ino, where: \.knownLocal) != nil }
     }
 }
 
