@@ -61,7 +61,7 @@ public enum StorageCopy {
         var missing: [String] = []
         for (hex, size) in dump.namedContents.sorted(by: { $0.key < $1.key }) {
             let digest = try ContentDigest(hex: hex)
-            let held = try await atTarget[digest].asyncOr { try await targetBlobs.size(of: digest) }
+            let held: Int64? = if let known = atTarget[digest] { known } else { try await targetBlobs.size(of: digest) }
             if held != size { missing.append(hex) }
         }
         guard missing.isEmpty else {
@@ -98,12 +98,4 @@ public enum StorageCopy {
 public struct CopyFailed: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
-}
-
-extension Optional {
-    /// The value, or what `fallback` finds when there is none.
-    func asyncOr(_ fallback: () async throws -> Wrapped?) async rethrows -> Wrapped? {
-        if let self { return self }
-        return try await fallback()
-    }
 }
