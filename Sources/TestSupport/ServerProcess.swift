@@ -165,6 +165,8 @@ public final class ServerProcess: @unchecked Sendable {
     /// of the first start's when given (other storage, say).
     public func restart(samePort: Bool = false, extraArguments replaced: [String]? = nil) async throws {
         if process.stillRunning { kill9() }
+        // A replicated run's storage stays the replicas' whatever else changes.
+        let replaced = replaced.map { $0 + (sharedStorage?.serverArguments ?? []) }
         if let replaced { extraArguments = replaced }
         let (p, port, lifeline) = try await Self.launch(data: dataDirectory, log: workDirectory.path, port: samePort ? port : 0, extra: extraArguments)
         self.process = p
