@@ -148,7 +148,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "OpenFiles", dependencies: ["LocalState", "ItemModel"]),
+        .target(name: "OpenFiles", dependencies: ["LocalState", "ItemModel", "CacheFiles"]),
         .target(
             name: "CacheFiles",
             dependencies: ["ItemModel", "PageCache", .product(name: "Crypto", package: "swift-crypto")]

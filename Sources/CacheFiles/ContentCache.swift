@@ -11,6 +11,9 @@ public struct ContentCache: Sendable {
     /// every folder above it was looked up again, and with the page cache dropped each lookup
     /// read the disk, on the way of a placeholder's open.
     let folder: Folder
+    /// The running hashes of files being written: every change to a cache file other than a
+    /// write through the mount forgets its file's.
+    public let digests = WrittenDigests()
 
     final class Folder: Sendable {
         let fd: Int32
@@ -35,6 +38,8 @@ public struct ContentCache: Sendable {
     public func open(_ ino: Int64, truncate: Bool = false) throws -> Int32 {
         let fd = openat(folder.fd, String(ino), O_RDWR | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0o600)
         guard fd >= 0 else { throw ContentError.io("cannot open the cache file of \(ino)", errno) }
+        // After the cut (see WrittenDigests).
+        if truncate { digests.forget(ino) }
         return fd
     }
 
@@ -82,6 +87,7 @@ public struct ContentCache: Sendable {
 
     public func remove(_ ino: Int64) {
         unlinkat(folder.fd, String(ino), 0)
+        digests.forget(ino)
     }
 
     /// Bytes the file really occupies on disk.
@@ -150,6 +156,11 @@ public struct ContentCache: Sendable {
 
     public func size(_ ino: Int64) -> Int64? {
         status(ino).map { Int64($0.st_size) }
+    }
+
+    /// Which file the cache file of `ino` is, and its size.
+    public func identity(_ ino: Int64) -> (file: FileIdentity, size: Int64)? {
+        status(ino).map { (FileIdentity($0), Int64($0.st_size)) }
     }
 }
 

@@ -1,3 +1,4 @@
+import CacheFiles
 import Glibc
 import ItemModel
 import LocalState
@@ -472,18 +473,4 @@ extension OpenFiles {
     /// How many files have write generations: those written or uploaded lately, not every
     /// file the mount ever wrote.
     public var filesWithWriteGenerations: Int { table.withLock { $0.files.values.count { $0.writeGeneration != nil } } }
-}
-
-/// Which file a descriptor is open on (device and inode): a cache file that was unlinked and
-/// made again under the same name is another file.
-public struct FileIdentity: Sendable, Equatable {
-    let device: UInt64
-    let inode: UInt64
-
-    public init?(of fd: Int32) {
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return nil }
-        device = UInt64(st.st_dev)
-        inode = UInt64(st.st_ino)
-    }
 }

@@ -33,6 +33,7 @@ extension FileSystem {
                 // Part of it may have landed: a snapshot taken meanwhile is not sent, and a file
                 // an fsync's upload recorded as clean has local changes again.
                 if openFiles.writeFailed(handle, code: code) { markWritten(handle) }
+                cache.digests.forget(h.ino)
                 // Disk full is ENOSPC to the writer, never EIO, and this version is not uploaded.
                 // Free the reserve so that the close can still record that.
                 if code == ENOSPC || code == EDQUOT { cache.dropReserve() }
@@ -41,6 +42,8 @@ extension FileSystem {
             done += n
         }
         let end = position + Int64(done)
+        // A local-only file is never uploaded: no use hashing it.
+        if !h.excluded { cache.digests.wrote(h.ino, at: position, bytes: data, fd: h.fd) }
         // The kernel put the bytes in its pages where it thought the file ended.
         if position != offset { content.kernelPagesAreStale(h.ino) }
         // The size the database holds is needed only by the first write since the open; later
@@ -131,6 +134,7 @@ extension FileSystem {
         }
         close(h.fd)
         let after = openFiles.closed(h, saved: saved, failure: failure)
+        if h.writable && !openFiles.isOpenForWriting(h.ino) { cache.digests.writersClosed(h.ino) }
         if after.removeCacheFile { cache.remove(h.ino) }
         content.fileClosed(h.ino, then: after)
     }
@@ -230,6 +234,8 @@ extension FileSystem {
             if code == ENOSPC { cache.dropReserve() }
             throw FSError(writeFailure: code)
         }
+        // After the cut: a write landing before it would otherwise be hashed as still there.
+        cache.digests.forget(ino)
         let now = Self.now()
         openFiles.truncated(ino, to: size, at: now)
         try commit(Rerunnable { w in

@@ -1,3 +1,4 @@
+import CacheFiles
 import Foundation
 import ItemModel
 import LocalState

@@ -37,7 +37,13 @@ extension SyncEngine {
             inline = Data(bytes)
         } else {
             let file = cache.path(item.ino)
-            (digest, size) = try Self.hashFile(file)
+            // Hashed behind its writer when it was written from its start in one run; else
+            // read again now.
+            if let written = cache.identity(item.ino), let known = await cache.digests.digest(of: item.ino, file: written.file, size: written.size) {
+                (digest, size) = (known, written.size)
+            } else {
+                (digest, size) = try Self.hashFile(file)
+            }
             openFiles.uploadProgress(item.ino, sent: 0, of: size)
             // Asking first saves sending content the server has; below 1 MiB sending it costs
             // about what the question does, so smaller files skip the round trip.
@@ -47,7 +53,9 @@ extension SyncEngine {
                 do {
                     try await remote.uploadBlob(digest, size: size, fromFile: file, progress: progress.sent)
                 } catch let RemoteError.refused(code, _, _) where code == .digestMismatch {
-                    return .again  // changed while it was being sent
+                    // Changed while it was being sent; the next attempt hashes the file itself.
+                    cache.digests.forget(item.ino)
+                    return .again
                 } catch where openFiles.writeGeneration(item.ino) != generation {
                     return .again  // cut short by a writer (a truncate): its version goes up next
                 }
@@ -191,7 +199,10 @@ extension SyncEngine {
         row.uploadError = nil
         try settleXattrChanges(row, heldByServer: result, w)
         let clean = openFiles.uploaded(item.ino, generation: generation, stillDirty: row.content == .dirty)
-        if clean { row.content = .current }
+        if clean {
+            row.content = .current
+            cache.digests.forget(item.ino)
+        }
         row.cachedBytes = max(row.cachedBytes, size)
         try w.update(row)
         // Changed (or its generations forgotten by a close) during the upload: what is in the
