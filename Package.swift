@@ -13,6 +13,8 @@ let package = Package(
         .executable(name: "ubiq-server", targets: ["ubiq-server"]),
         .executable(name: "ubiq", targets: ["ubiq"]),
         .executable(name: "ubiq-full", targets: ["ubiq-full"]),
+        // The iCloud API for Swift programs, over a running mount's control socket.
+        .library(name: "UbiqKit", targets: ["UbiqKit"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
@@ -30,6 +32,9 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio.git", exact: "1.33.2"),
     ],
     targets: [
+        // NSMetadataQuery, NSUbiquitousKeyValueStore, NSFileVersion and the ubiquitous URL
+        // resource values for programs: talks to a running mount's daemon (docs/UBIQKIT.md).
+        .target(name: "UbiqKit", dependencies: ["SyncClient", "SyncAPI", "ControlSocket", "MountInfo", "ItemModel"]),
         // The command users type: answers a query itself, without Foundation, and hands every
         // other command to ubiq-full (docs/ARCHITECTURE.md). Linked at a fixed address: a
         // position-independent executable has its relocations applied at every start, a fifth
@@ -188,6 +193,8 @@ let package = Package(
             ]
         ),
         .testTarget(name: "QueryLanguageTests", dependencies: ["QueryLanguage"]),
+        // QueryLanguage: to check that a predicate's arguments are quoted as the parser reads them.
+        .testTarget(name: "UbiqKitTests", dependencies: ["UbiqKit", "TestSupport", "SyncAPI", "ItemModel", "QueryLanguage"]),
         .testTarget(
             name: "MetadataIndexTests",
             dependencies: ["MetadataIndex", "QueryLanguage", "LocalState", "ItemModel", .product(name: "GRDB", package: "GRDB.swift")]

@@ -22,7 +22,7 @@ public enum MountRegistry {
     /// The entry's file: named by a 64-bit FNV-1a hash of the mountpoint, which need not be
     /// secret, only stable and short enough for a file name (a mountpoint may not be). The
     /// entry names its mountpoint, so a collision reads as no entry, never as another mount's.
-    static func file(_ mountpoint: String) -> String {
+    static func file(_ mountpoint: String, in directory: String = MountRegistry.directory) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in mountpoint.utf8 {
             hash ^= UInt64(byte)
@@ -54,9 +54,10 @@ public enum MountRegistry {
         unlink(file(mountpoint))
     }
 
-    /// The entry of the daemon serving `mountpoint`, if one registered.
-    public static func entry(_ mountpoint: String) -> Entry? {
-        guard let entry = read(file(mountpoint)), entry.mountpoint == mountpoint else { return nil }
+    /// The entry of the daemon serving `mountpoint`, if one registered (in `directory`: another
+    /// session's registry, for a program that does not share the mounts' `XDG_RUNTIME_DIR`).
+    public static func entry(_ mountpoint: String, in directory: String = MountRegistry.directory) -> Entry? {
+        guard let entry = read(file(mountpoint, in: directory)), entry.mountpoint == mountpoint else { return nil }
         return entry
     }
 
