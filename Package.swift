@@ -34,7 +34,10 @@ let package = Package(
     targets: [
         // NSMetadataQuery, NSUbiquitousKeyValueStore, NSFileVersion and the ubiquitous URL
         // resource values for programs: talks to a running mount's daemon (docs/UBIQKIT.md).
-        .target(name: "UbiqKit", dependencies: ["SyncClient", "SyncAPI", "ControlSocket", "MountInfo", "ItemModel"]),
+        .target(name: "UbiqKit", dependencies: ["SyncClient", "SyncAPI", "ControlSocket", "MountInfo", "ItemModel", "ItemAttributes", "QueryLanguage"]),
+        // An item's extended attributes by path: the command line's and UbiqKit's reading of
+        // the `user.ubiq.*` state.
+        .target(name: "ItemAttributes"),
         // The command users type: answers a query itself, without Foundation, and hands every
         // other command to ubiq-full (docs/ARCHITECTURE.md). Linked at a fixed address: a
         // position-independent executable has its relocations applied at every start, a fifth
@@ -45,7 +48,7 @@ let package = Package(
             name: "ubiq-full",
             dependencies: [
                 "QueryLanguage", "MetadataIndex", "MountDaemon", "FuseKit", "SyncClient", "SyncAPI", "ItemModel", "LocalState", "DataFolderLock",
-                "ControlSocket", "MountInfo",
+                "ControlSocket", "MountInfo", "ItemAttributes",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -50,8 +50,10 @@ extension Value {
         }
     }
 
-    /// Double-quoted, with the escapes the lexer reads back.
-    static func quoted(_ s: String) -> String {
+    /// A double-quoted string literal the lexer reads back as exactly `s`, whatever it holds:
+    /// also how a program writes a value into a predicate's text. A backslash is doubled, so
+    /// `\*` in a pattern stays a literal star.
+    public static func quoted(_ s: String) -> String {
         var out = "\""
         for scalar in s.unicodeScalars {
             switch scalar {

@@ -1,5 +1,6 @@
 import ControlSocket
 import Foundation
+import ItemAttributes
 import ItemModel
 import MountInfo
 import SyncAPI
@@ -133,7 +134,7 @@ public struct FileVersion: Sendable, Hashable {
     /// The versions `user.ubiq.conflictVersions` lists; none when it is absent.
     static func conflictEntries(of url: URL) throws(UbiqKitError) -> [ConflictVersionEntry] {
         let (absolute, _) = try file(url)
-        guard let listing = UbiquitousItem.xattr(absolute, "user.ubiq.conflictVersions") else { return [] }
+        guard let listing = Xattr.get(absolute, "user.ubiq.conflictVersions") else { return [] }
         do { return try JSONDecoder().decode([ConflictVersionEntry].self, from: Data(listing.utf8)) } catch {
             throw .refused("\(url.path): the mount lists its versions in a form this UbiqKit does not read: \(error)")
         }

@@ -1,4 +1,5 @@
 import Foundation
+import QueryLanguage
 
 /// A metadata query's predicate: the NSPredicate format strings iCloud apps give
 /// NSMetadataQuery (docs/QUERY_LANGUAGE.md), with `%K` and `%@` filled from arguments as
@@ -99,7 +100,7 @@ public struct MetadataPredicate: Sendable, Hashable, CustomStringConvertible {
 
     static func literal(_ argument: Argument) throws(FormatError) -> String {
         switch argument {
-        case .string(let text): return quoted(text)
+        case .string(let text): return Value.quoted(text)
         case .integer(let number): return String(number)
         case .double(let number):
             guard number.isFinite else { throw .notFinite(number) }
@@ -109,22 +110,6 @@ public struct MetadataPredicate: Sendable, Hashable, CustomStringConvertible {
         // to whole seconds or a time zone.
         case .date(let date): return "CAST(\(date.timeIntervalSinceReferenceDate), \"NSDate\")"
         }
-    }
-
-    /// A single-quoted string literal the query language reads back as exactly `text` (G3, G4).
-    /// A backslash is doubled, so `\*` in a pattern stays a literal star.
-    static func quoted(_ text: String) -> String {
-        var out = "'"
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "'": out += "\\'"
-            case "\\": out += "\\\\"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
-                out += "\\x" + String(format: "%02X", scalar.value)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "'"
     }
 }
 

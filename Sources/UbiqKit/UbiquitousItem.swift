@@ -1,13 +1,8 @@
 import ControlSocket
 import Foundation
+import ItemAttributes
 import MountInfo
 import SyncAPI
-
-// <sys/xattr.h> is not part of the Glibc module; these are its calls, as glibc exports them.
-@_silgen_name("getxattr")
-private func c_getxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
-@_silgen_name("setxattr")
-private func c_setxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeRawPointer?, _ size: Int, _ flags: Int32) -> Int32
 
 /// A download or upload that failed, in the mount's words (`user.ubiq.downloadingError`,
 /// `user.ubiq.uploadingError`).
@@ -49,11 +44,11 @@ public enum UbiquitousItem {
         let attributes: [String: String]
         let type = info.st_mode & S_IFMT
         if type == S_IFREG || type == S_IFDIR {
-            guard let status = xattr(path, "user.ubiq.downloadingStatus") else { throw .refused("\(path) has no status attributes") }
+            guard let status = Xattr.get(path, "user.ubiq.downloadingStatus") else { throw .refused("\(path) has no status attributes") }
             var read = ["downloadingStatus": status]
             for name in ["isDownloading", "percentDownloaded", "downloadingError", "isUploaded", "isUploading", "percentUploaded", "uploadingError",
                          "hasUnresolvedConflicts", "pinned", "itemID"] {
-                read[name] = xattr(path, "user.ubiq." + name)
+                read[name] = Xattr.get(path, "user.ubiq." + name)
             }
             attributes = read
         } else {
@@ -112,16 +107,6 @@ public enum UbiquitousItem {
         return (link, line.share.expires.map { Date(timeIntervalSince1970: Double($0) / 1e9) })
     }
 
-    static func xattr(_ path: String, _ name: String) -> String? {
-        // The size first: a list of conflict versions may be longer than a page.
-        let size = c_getxattr(path, name, nil, 0)
-        guard size >= 0 else { return nil }
-        var buffer = [UInt8](repeating: 0, count: max(size, 1))
-        let n = c_getxattr(path, name, &buffer, buffer.count)
-        guard n >= 0 else { return nil }
-        return String(decoding: buffer.prefix(n), as: UTF8.self)
-    }
-
     /// The item's absolute path; throws outside a mount, where these attribute names would be
     /// set on an ordinary file as its own.
     static func inMount(_ url: URL) throws(UbiqKitError) -> String {
@@ -132,8 +117,8 @@ public enum UbiquitousItem {
 
     static func setAttribute(_ url: URL, _ name: String, _ value: String) throws(UbiqKitError) {
         let path = try inMount(url)
-        let bytes = Array(value.utf8)
-        guard c_setxattr(path, name, bytes, bytes.count, 0) == 0 else { throw .posix(errno, path: url.path) }
+        let code = Xattr.set(path, name, value)
+        guard code == 0 else { throw .posix(code, path: url.path) }
     }
 }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import ControlSocket
 import Foundation
+import ItemAttributes
 import LocalState
 import MountDaemon
 import MountInfo
@@ -10,28 +11,7 @@ import SyncClient
 /// Item commands speak the public contract: the `user.ubiq.*` extended attributes of the files
 /// themselves (docs/SEMANTICS.md, "Extended attributes"), so they work on any path inside a
 /// mount.
-// <sys/xattr.h> is not part of the Glibc module; these are its two calls, as glibc exports them.
-@_silgen_name("getxattr")
-func c_getxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
-@_silgen_name("setxattr")
-func c_setxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeRawPointer?, _ size: Int, _ flags: Int32) -> Int32
-
-enum Xattr {
-    static func get(_ path: String, _ name: String) -> String? {
-        // Asks for the size first: a list of conflict versions may be longer than a page.
-        let size = c_getxattr(path, name, nil, 0)
-        guard size >= 0 else { return nil }
-        var buffer = [UInt8](repeating: 0, count: max(size, 1))
-        let n = c_getxattr(path, name, &buffer, buffer.count)
-        guard n >= 0 else { return nil }
-        return String(decoding: buffer.prefix(n), as: UTF8.self)
-    }
-
-    static func set(_ path: String, _ name: String, _ value: String) -> Int32 {
-        let bytes = Array(value.utf8)
-        return c_setxattr(path, name, bytes, bytes.count, 0) == 0 ? 0 : errno
-    }
-
+extension Xattr {
     static let statusNames = [
         "downloadingStatus", "isDownloading", "percentDownloaded", "isUploaded", "isUploading", "percentUploaded",
         "hasUnresolvedConflicts", "downloadingError", "uploadingError", "pinned", "itemID", "revision", "shares",

@@ -1,6 +1,7 @@
 import ArgumentParser
 import ControlSocket
 import Foundation
+import ItemAttributes
 import ItemModel
 import MountDaemon
 import MountInfo

@@ -32,8 +32,8 @@ import UbiqKit
 
     @Test func quotedDirectivesAndDoublePercentsAreLeftAlone() throws {
         let predicate = try MetadataPredicate(format: #"name == '%@' OR name == "100%%" OR name LIKE %@"#, "*.md")
-        #expect(predicate.predicateFormat == #"name == '%@' OR name == "100%%" OR name LIKE '*.md'"#)
-        #expect(try MetadataPredicate(format: "name == 'a' AND 100%% == %@", "x").predicateFormat == "name == 'a' AND 100% == 'x'")
+        #expect(predicate.predicateFormat == #"name == '%@' OR name == "100%%" OR name LIKE "*.md""#)
+        #expect(try MetadataPredicate(format: "name == 'a' AND 100%% == %@", "x").predicateFormat == #"name == 'a' AND 100% == "x""#)
     }
 
     @Test func aKeyMustBeAKeyNameAndArgumentsMustMatchTheDirectives() {
