@@ -35,6 +35,9 @@ let package = Package(
         // NSMetadataQuery, NSUbiquitousKeyValueStore, NSFileVersion and the ubiquitous URL
         // resource values for programs: talks to a running mount's daemon (docs/UBIQKIT.md).
         .target(name: "UbiqKit", dependencies: ["SyncClient", "SyncAPI", "ControlSocket", "MountInfo", "ItemModel", "ItemAttributes", "QueryLanguage"]),
+        // The sample program on UbiqKit: a terminal text editor for the Documents folder
+        // (docs/UBIQKIT.md, "The sample program"); a test drives it on two devices.
+        .executableTarget(name: "simple-text-editor", dependencies: ["UbiqKit"], path: "Examples/SimpleTextEditor"),
         // An item's extended attributes by path: the command line's and UbiqKit's reading of
         // the `user.ubiq.*` state.
         .target(name: "ItemAttributes"),
