@@ -32,15 +32,12 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio.git", exact: "1.33.2"),
     ],
     targets: [
-        // NSMetadataQuery, NSUbiquitousKeyValueStore, NSFileVersion and the ubiquitous URL
-        // resource values for programs: talks to a running mount's daemon (docs/UBIQKIT.md).
-        .target(name: "UbiqKit", dependencies: ["SyncClient", "SyncAPI", "ControlSocket", "MountInfo", "ItemModel", "ItemAttributes", "QueryLanguage"]),
         // The sample program on UbiqKit: a terminal text editor for the Documents folder
         // (docs/UBIQKIT.md, "The sample program"); a test drives it on two devices.
         .executableTarget(name: "simple-text-editor", dependencies: ["UbiqKit"], path: "Examples/SimpleTextEditor"),
-        // An item's extended attributes by path: the command line's and UbiqKit's reading of
-        // the `user.ubiq.*` state.
-        .target(name: "ItemAttributes"),
+        // NSMetadataQuery, NSUbiquitousKeyValueStore, NSFileVersion and the ubiquitous URL
+        // resource values for programs: talks to a running mount's daemon (docs/UBIQKIT.md).
+        .target(name: "UbiqKit", dependencies: ["SyncClient", "SyncAPI", "ControlSocket", "MountInfo", "ItemModel", "ItemAttributes", "QueryLanguage"]),
         // The command users type: answers a query itself, without Foundation, and hands every
         // other command to ubiq-full (docs/ARCHITECTURE.md). Linked at a fixed address: a
         // position-independent executable has its relocations applied at every start, a fifth
@@ -183,6 +180,9 @@ let package = Package(
         .target(name: "PageCache"),
         .target(name: "DataFolderLock"),
         .target(name: "FuseKit", dependencies: ["CFuse3", "MountInfo"]),
+        // An item's extended attributes by path: the command line's and UbiqKit's reading of
+        // the `user.ubiq.*` state.
+        .target(name: "ItemAttributes"),
         // Reaching a mount's daemon (which mount holds a path, its registry entry, one request
         // on its control socket) and the mount table: Glibc only, for `ubiq`.
         .target(name: "ControlSocket", dependencies: ["MountInfo"]),
