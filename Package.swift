@@ -192,7 +192,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "ServerStorage", "PostgresStorage", "SyncService", "SyncAPI", "ItemModel", "SyncEngine", "S3BlobStore", "S3Client",
+                "ServerStorage", "PostgresStorage", "SyncService", "SyncAPI", "ItemModel", "SyncEngine", "S3BlobStore", "S3Client", "MountInfo",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

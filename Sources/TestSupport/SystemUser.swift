@@ -1,4 +1,5 @@
 import Foundation
+import MountInfo
 
 /// An ordinary user of this machine, with a `HOME` of its own under the test run's folder: the
 /// user a person would be, running `ubiq` with no root anywhere. Made by root (the test process
@@ -58,11 +59,9 @@ public final class SystemUser: @unchecked Sendable {
     /// Unmounts whatever of this user's is still mounted, stops every process of the user
     /// (daemons, embedded servers) and removes the `HOME`.
     public func clean() async {
-        let table = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
-        for line in table.split(separator: "\n") {
-            let fields = line.split(separator: " ")
-            guard fields.count > 4, fields[4].hasPrefix(home + "/") else { continue }
-            _ = try? await run("/bin/fusermount3", ["-uz", String(fields[4])], timeout: .seconds(10))
+        // Not Foundation's read of the table: it stops after the first page (see `TestDevice.isMounted`).
+        for entry in MountInfo.table() where entry.mountpoint.hasPrefix(home + "/") {
+            _ = try? await run("/bin/fusermount3", ["-uz", entry.mountpoint], timeout: .seconds(10))
         }
         _ = try? await run("/usr/bin/pkill", ["-KILL", "-u", "\(uid)"], timeout: .seconds(10))
         _ = try? await eventually(timeout: .seconds(10), "\(name)'s processes to end") {

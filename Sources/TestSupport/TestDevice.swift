@@ -1,4 +1,5 @@
 import Foundation
+import MountInfo
 
 /// One "device": a real `ubiq mount` (the built executable, started as a user would) with its
 /// own mountpoint, cache folder, device name and XDG folders, against a live `ubiq-server`.
@@ -140,8 +141,12 @@ public final class TestDevice: @unchecked Sendable {
         }
     }
 
+    /// Read with the product's own parser (`getline` to the end): Foundation's
+    /// `String(contentsOfFile:)` stops after the kernel's first answer, one page of the table
+    /// (about 4 KiB), so with many tests' mounts a later mount was missing from it, and
+    /// `unmount` then killed the daemon of a device it believed unmounted, leaving its mount dead.
     public var isMounted: Bool {
-        ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(mountpoint) ")
+        MountInfo.table().contains { $0.mountpoint == mountpoint }
     }
 
     /// `kill -9` of the daemon: the mount is left dead (ENOTCONN).
