@@ -30,7 +30,9 @@ public final class WrittenDigests: Sendable {
     }
 
     struct Running {
-        let file: FileIdentity
+        /// Taken by the write that brings the run to `minimumSize`: a smaller file's hash is
+        /// never asked for, and its writes make no system call for it.
+        var file: FileIdentity?
         var end: Int64
         var batch: [[UInt8]] = []
         var batchBytes = 0
@@ -46,17 +48,19 @@ public final class WrittenDigests: Sendable {
 
     /// A write of `bytes` at `offset` landed in the cache file open as `fd`.
     public func wrote(_ ino: Int64, at offset: Int64, bytes: [UInt8], fd: Int32) {
-        let file = offset == 0 ? FileIdentity(of: fd) : nil
+        let reachesMinimum = offset < Self.minimumSize && offset + Int64(bytes.count) >= Self.minimumSize
+        let file = reachesMinimum ? FileIdentity(of: fd) : nil
         running.withLock { table in
             var entry: Running
-            if let file {
-                entry = Running(file: file, end: 0)
+            if offset == 0 {
+                entry = Running(file: nil, end: 0)
             } else if let current = table[ino], current.end == offset {
                 entry = current
             } else {
                 table[ino] = nil
                 return
             }
+            if let file { entry.file = file }
             entry.end += Int64(bytes.count)
             entry.batch.append(bytes)
             entry.batchBytes += bytes.count
