@@ -1,4 +1,5 @@
 import Foundation
+import QueryLanguage
 import SyncAPI
 
 /// A file's or folder's download state (NSURLUbiquitousItemDownloadingStatus), as
@@ -56,7 +57,7 @@ public struct MetadataItem: Sendable, Hashable, Identifiable {
     /// an attribute a query's results do not carry (docs/UBIQKIT.md lists them). Sizes are
     /// `Int64`, percentages `Double`, flags `Bool`, dates `Date`, tags `[String]`.
     public func value(forAttribute attribute: String) -> Any? {
-        guard let key = Self.shortName[attribute] else { return nil }
+        guard let key = KeyTable.key(named: attribute)?.name else { return nil }
         switch key {
         case "name", "displayName": return record.name
         case "url": return url
@@ -99,36 +100,6 @@ public struct MetadataItem: Sendable, Hashable, Identifiable {
 
     static func date(_ text: String) -> Date? { try? Date(text, strategy: .iso8601) }
     static func iso(_ date: Date) -> String { date.formatted(.iso8601) }
-
-    /// Every name a query takes for the attributes the results carry, to the short name
-    /// (docs/QUERY_LANGUAGE.md, "Keys").
-    static let shortName: [String: String] = {
-        var names: [String: String] = [:]
-        let fileSystem: [(String, String, String)] = [
-            ("name", NSMetadataItemFSNameKey, "kMDItemFSName"), ("displayName", NSMetadataItemDisplayNameKey, "kMDItemDisplayName"),
-            ("url", NSMetadataItemURLKey, "kMDItemURL"), ("path", NSMetadataItemPathKey, "kMDItemPath"),
-            ("size", NSMetadataItemFSSizeKey, "kMDItemFSSize"), ("created", NSMetadataItemFSCreationDateKey, "kMDItemFSCreationDate"),
-            ("modified", NSMetadataItemFSContentChangeDateKey, "kMDItemFSContentChangeDate"),
-            ("contentType", NSMetadataItemContentTypeKey, "kMDItemContentType"),
-        ]
-        for (short, constant, raw) in fileSystem {
-            names[short] = short
-            names[raw] = short
-            // The constant's own name, which the query language takes too.
-            names["NSMetadataItem" + raw.dropFirst("kMDItem".count) + "Key"] = short
-            names[constant] = short
-        }
-        names["isUbiquitous"] = "isUbiquitous"
-        names["NSMetadataItemIsUbiquitousKey"] = "isUbiquitous"
-        for short in ["downloadingStatus", "isDownloading", "percentDownloaded", "isDownloaded", "hasUnresolvedConflicts", "isUploaded",
-                      "isUploading", "percentUploaded", "isExternalDocument"] {
-            names[short] = short
-            names["NSMetadataUbiquitousItem" + short.prefix(1).uppercased() + short.dropFirst() + "Key"] = short
-        }
-        names["pinned"] = "pinned"
-        names["tags"] = "tags"
-        return names
-    }()
 }
 
 // Apple's names, where Foundation has none (it has them on Apple's systems, as these values).
