@@ -22,7 +22,7 @@ import UbiqKit
             #expect(listed.contains { $0.hasPrefix("document notes.txt download=notDownloaded ") }, "\(listed)")
             #expect(try await editorB.send("status notes.txt").first?.contains(" download=notDownloaded ") == true)
             #expect(try await editorB.send("show notes") == ["text base", "ok shown notes.txt"])
-            try await a.waitUntilUploaded()
+            try await a.waitUntilUploaded(timeout: waitLimit)
             let statusA = try await editorA.send("status notes.txt")
             #expect(statusA.first?.hasPrefix("status notes.txt download=current ") == true, "\(statusA)")
             #expect(statusA.first?.hasSuffix(" uploaded=true uploading=false conflicts=false") == true, "\(statusA)")
@@ -41,10 +41,12 @@ import UbiqKit
             try await editorA.send("write notes edited on A")
             try await editorB.send("write notes edited on B")
             try await server.restart(samePort: true)
-            try await a.waitUntilUploaded()
-            try await b.waitUntilUploaded()
+            try await a.waitUntilUploaded(timeout: waitLimit)
+            try await b.waitUntilUploaded(timeout: waitLimit)
 
-            // B's editor hears of it from its query, lists the version, and keeps it.
+            // Both editors hear of it from their queries (A's must have, to hear of its
+            // resolution later); B's lists the version and keeps it.
+            try await editorA.notice("notice conflict notes.txt")
             try await editorB.notice("notice conflict notes.txt")
             let versions = try await editorB.send("conflicts notes.txt")
             #expect(versions.count == 2 && versions.last == "ok 1 conflict versions", "\(versions)")
