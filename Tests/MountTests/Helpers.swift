@@ -51,21 +51,6 @@ extension TestDevice {
         }
         return result
     }
-
-    /// Waits until the mount has sent every local change (`ubiq status --json`).
-    func waitUntilUploaded(timeout: Duration = .seconds(60)) async throws {
-        try await eventually(timeout: timeout, "\(name) to finish uploading") {
-            let r = try await self.ubiq(["status", "--json", "--mount", self.mountpoint])
-            guard r.status == 0, let report = try? JSONDecoder().decode(MountStatusReport.self, from: Data(r.stdout.utf8)) else { return false }
-            return report.pendingUploads == 0
-        }
-    }
-
-    func status() async throws -> MountStatusReport {
-        let r = try await ubiq(["status", "--json", "--mount", mountpoint])
-        guard r.status == 0 else { throw TestSupportError("status failed: \(r.stderr)") }
-        return try JSONDecoder().decode(MountStatusReport.self, from: Data(r.stdout.utf8))
-    }
 }
 
 /// The server's tree of the default container, path → digest (or "dir", or "-> target" for a

@@ -83,7 +83,7 @@ extension OrdinaryUserTests {
             let onB = try b.monitor(json: true)
             defer { [onA, onB].forEach { $0.stop() } }
             for m in [onA, onB] { try await m.event("online") { $0["kind"] as? String == "online" } }
-            _ = try await ConflictVersionTests().editOnBothWhileOffline(server, a, b)
+            _ = try await editOnBothWhileOffline(server, a, b)
             // The device whose edit lost hears it from its own upload, the other from the feed.
             for m in [onA, onB] {
                 try await m.event("offline") { $0["kind"] as? String == "offline" }

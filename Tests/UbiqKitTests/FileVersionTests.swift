@@ -10,28 +10,13 @@ import UbiqKit
         try await withDevices(["A", "B"]) { server, devices in
             let (a, b) = (devices[0], devices[1])
             // Both edit notes.txt from the same base while the server is away.
-            try await a.must(#"echo base > "$M/notes.txt""#)
-            try await a.waitUntilUploaded()
-            try await eventually("B to read the base") { try await b.sh(#"cat "$M/notes.txt""#).stdout == "base\n" }
-            server.kill9()
-            try await eventually("A and B to notice they are offline") {
-                let (onA, onB) = (try await a.status().connected, try await b.status().connected)
-                return !onA && !onB
-            }
-            try await a.must(#"echo "edited on A" > "$M/notes.txt""#)
-            try await b.must(#"echo "edited on B" > "$M/notes.txt""#)
-            try await server.restart(samePort: true)
-            try await a.waitUntilUploaded()
-            try await b.waitUntilUploaded()
+            let (current, loser) = try await editOnBothWhileOffline(server, a, b)
 
             let notesA = a.root.appendingPathComponent("notes.txt"), notesB = b.root.appendingPathComponent("notes.txt")
             for notes in [notesA, notesB] {
                 try await eventually("\(notes.path) to show the conflict") { FileVersion.unresolvedConflictVersionsOfItem(at: notes)?.count == 1 }
                 #expect(try UbiquitousItem.resourceValues(at: notes).ubiquitousItemHasUnresolvedConflicts)
             }
-            let current = try await a.must(#"cat "$M/notes.txt""#)
-            try await eventually("B to read the current version") { try await b.sh(#"cat "$M/notes.txt""#).stdout == current }
-            let loser = try #require(["edited on A\n", "edited on B\n"].first { $0 != current }, "current is one of the edits: \(current)")
 
             // Each device lists the version as the same one, readable where it says.
             let onA = try #require(FileVersion.unresolvedConflictVersionsOfItem(at: notesA)?.first)

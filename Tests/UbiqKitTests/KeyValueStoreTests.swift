@@ -84,7 +84,7 @@ import UbiqKit
 
             // A published link serves the file as it is now, until its expiry.
             try await a.must(#"echo "shared text" > "$M/shared.txt""#)
-            try await a.waitUntilUploaded()
+            try await a.waitUntilUploaded(timeout: waitLimit)
             let published = try UbiquitousItem.publishingURL(forItemAt: a.root.appendingPathComponent("shared.txt"), expiringAfter: .seconds(3600), registry: a.registry)
             let expiration = try #require(published.expiration)
             #expect(abs(expiration.timeIntervalSinceNow - 3600) < 120, "\(expiration)")

@@ -10,7 +10,7 @@ import UbiqKit
         try await withDevices(["A", "B"]) { _, devices in
             let (a, b) = (devices[0], devices[1])
             try await a.must(#"mkdir -p "$M/Documents" && echo one > "$M/Documents/one.txt" && echo two > "$M/Documents/two.txt" && echo x > "$M/Documents/x.md" && echo top > "$M/top.txt""#)
-            try await a.waitUntilUploaded()
+            try await a.waitUntilUploaded(timeout: waitLimit)
             try await eventually("B to list A's files") { try await b.sh(#"find "$M" -type f | wc -l"#).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "4" }
 
             let query = MetadataQuery(containerURL: b.root, registry: b.registry)

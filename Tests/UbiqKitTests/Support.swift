@@ -34,16 +34,6 @@ extension TestDevice {
 
     /// Where this device's daemon registered: its own `XDG_RUNTIME_DIR`, as another machine's would be.
     var registry: MountRegistryLocation { MountRegistryLocation(directory: environment["XDG_RUNTIME_DIR"]! + "/ubiq/mounts") }
-
-    func status() async throws -> MountStatusReport {
-        let r = try await ubiq(["status", "--json", "--mount", mountpoint])
-        guard r.status == 0 else { throw TestSupportError("[\(name)] status failed: \(r.stderr)") }
-        return try JSONDecoder().decode(MountStatusReport.self, from: Data(r.stdout.utf8))
-    }
-
-    func waitUntilUploaded(timeout: Duration = waitLimit) async throws {
-        try await eventually(timeout: timeout, "\(name) to finish uploading") { try await self.status().pendingUploads == 0 }
-    }
 }
 
 extension MetadataQuery.Event {
