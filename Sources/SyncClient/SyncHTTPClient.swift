@@ -257,6 +257,11 @@ public final class SyncHTTPClient: Sendable {
         try await call(.GET, APIPath.item(container, id))
     }
 
+    public func children(of id: ItemID) async throws -> [ItemMetadata] {
+        let list: ItemList = try await call(.GET, APIPath.children(container, id))
+        return list.items
+    }
+
     public func createItem(_ body: CreateItemRequest) async throws -> ItemMetadata {
         try await call(.POST, APIPath.items(container), json: body, carriesContent: true)
     }

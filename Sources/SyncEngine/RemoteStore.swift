@@ -18,6 +18,9 @@ public protocol RemoteStore: Sendable {
 
     func item(_ id: ItemID) async throws -> ItemMetadata
 
+    /// The live items directly in the folder `id`.
+    func children(of id: ItemID) async throws -> [ItemMetadata]
+
     /// Fetches `range` of the content with `digest` (by digest, so a later upload cannot splice
     /// another version into a resumed download) and hands its bytes to `receive`, in order, as
     /// they arrive, on whatever thread the transport delivers them: `receive` must be quick (a

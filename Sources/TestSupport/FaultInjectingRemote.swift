@@ -22,7 +22,7 @@ import Synchronization
 public final class FaultInjectingRemote: RemoteStore, Sendable {
     /// The calls a client makes; the keys of the counters, gates and injected failures.
     public enum Operation: String, Sendable, Hashable, CaseIterable {
-        case ensureContainer, changes, changeStream, item, download, hasBlob, uploadBlob
+        case ensureContainer, changes, changeStream, item, children, download, hasBlob, uploadBlob
         case createItem, createItems, updateContent, updateItem, deleteItem, setXattrs, addConflictVersion, resolveConflicts, earlierVersions, restore
         case whoami, keyValues, setKeyValue, removeKeyValue
     }
@@ -277,6 +277,12 @@ public final class FaultInjectingRemote: RemoteStore, Sendable {
         try await enter(.item)
         defer { answer(.item) }
         return try await base.item(id)
+    }
+
+    public func children(of id: ItemID) async throws -> [ItemMetadata] {
+        try await enter(.children)
+        defer { answer(.children) }
+        return try await base.children(of: id)
     }
 
     public func download(

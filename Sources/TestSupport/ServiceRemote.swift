@@ -103,6 +103,10 @@ public final class ServiceRemote: RemoteStore, Sendable {
         try await answer { try await opened().item(id) }
     }
 
+    public func children(of id: ItemID) async throws -> [ItemMetadata] {
+        try await answer { try await opened().children(of: id) }
+    }
+
     /// As the server's Range handling: an empty range is the whole content, a start at or past
     /// the end is 416, an end past the end is clamped.
     public func download(

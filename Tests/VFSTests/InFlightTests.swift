@@ -93,6 +93,31 @@ struct InFlightTests {
         }
     }
 
+    /// Found by the random operations (seed 3): a file moved out of a folder, the folder
+    /// removed, and the move's request failed and waited. The folder's deletion went meanwhile,
+    /// and the server refused it as not empty, for the file this device had already moved out:
+    /// the folder came back, and a file made at its name became a conflicted copy. The move
+    /// must go first, then the deletion.
+    @Test("a folder emptied by a move that waits is deleted after that move, not brought back", arguments: ServerSetup.allCases)
+    func aFolderDeletionWaitsForTheMoveThatEmptiesIt(server: ServerSetup) async throws {
+        let h = try await Harness(server)
+        defer { h.close() }
+        let c = try h.mkdir("c")
+        try h.writeNewFile("f", in: c, Array("f".utf8))
+        try await h.running {
+            try await settled(h)
+            h.remote.failNext(.updateItem, with: .protocolError("injected: the server failed"))
+            try h.fs.rename(parent: c, name: n("f"), newParent: rootIno, newName: n("f"), noReplace: false, exchange: false)
+            try h.fs.removeDirectory(parent: rootIno, name: n("c"))
+            try h.writeNewFile("c", Array("a file now".utf8))
+            try await settled(h)
+            #expect(try await h.remote.tree() == h.localTree())
+            #expect(try h.children() == ["c", "f"])
+            #expect(try await h.remote.content(atPath: "/c") == Array("a file now".utf8))
+            #expect(!h.observer.events.contains { $0.kind == .reconciled }, "nothing to reconcile: \(h.observer.events.filter { $0.kind == .reconciled })")
+        }
+    }
+
     @Test(
         "a second rename made while the first one is being sent reaches the server"
     )

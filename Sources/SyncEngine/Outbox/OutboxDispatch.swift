@@ -206,6 +206,7 @@ extension SyncEngine {
             try store.write { try $0.dropHeldChange(id) }
             return .done
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict || code == .folderNotEmpty {
+            if code == .folderNotEmpty, let outcome = try await sendChangesEmptying(id) { return outcome }
             // Edit (or a new child) versus delete: the edit wins and the item comes back.
             let item: ItemMetadata
             if let current { item = current } else { item = try await remote.item(id) }
@@ -232,4 +233,30 @@ extension SyncEngine {
             return .done
         }
     }
+
+    /// The server refused to delete the folder `folder` as not empty. What keeps it full may be
+    /// this device's own changes, queued before the deletion and not sent yet: a move out of
+    /// it whose request failed and waits to be tried again, while the deletion went on in
+    /// turn, or was sent ahead of its turn to free its name for a new item. Those go first, and
+    /// the deletion again. Nil when a child stays there that this device has nothing queued
+    /// about: another device put it there, and that change wins (the caller brings the folder
+    /// back).
+    func sendChangesEmptying(_ folder: ItemID) async throws -> Outcome? {
+        let children = try await remote.children(of: folder)
+        let queued = try store.read { r in
+            try children.map { child -> OutboxEntry? in
+                if let delete = try r.queuedDelete(of: child.id) { return delete }
+                guard let row = try r.item(id: child.id) else { return nil }
+                return try r.queuedEntry(.move, of: row.ino)
+            }
+        }
+        guard queued.allSatisfy({ $0 != nil }) else { return nil }
+        for entry in queued.compactMap(\.self) {
+            guard case .done = await sendRetryingAtOnce(entry) else {
+                return .later(Self.waitingForMovesOut, after: .seconds(1), offline: false)
+            }
+        }
+        return .again
+    }
+    static let waitingForMovesOut = "waiting for this device's changes of its children to reach the server"
 }
