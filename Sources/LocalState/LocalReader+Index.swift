@@ -44,10 +44,7 @@ extension LocalReader {
     /// The rows a `SELECT i.* FROM items AS i …` statement selects. Not a cached statement:
     /// every query text would stay in the cache for the connection's life.
     public func items(selectedBy sql: String, arguments: StatementArguments) throws -> [LocalItem] {
-        let rows = try Row.fetchCursor(try db.makeStatement(sql: sql), arguments: arguments)
-        var out: [LocalItem] = []
-        while let row = try rows.next() { out.append(try LocalItem(row: row)) }
-        return out
+        try ItemCursor.all(try db.makeStatement(sql: sql), arguments: arguments)
     }
 
     /// The number a `SELECT COUNT(*) …` statement answers.

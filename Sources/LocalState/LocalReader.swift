@@ -19,11 +19,7 @@ public struct LocalReader {
     /// Items from a `SELECT *` over `items`. A cached statement and a cursor: each row is decoded
     /// in place, never copied (listing a folder is one of these).
     func items(_ sql: String, _ arguments: StatementArguments = []) throws -> [LocalItem] {
-        let statement = try db.cachedStatement(sql: sql)
-        let rows = try Row.fetchCursor(statement, arguments: arguments)
-        var out: [LocalItem] = []
-        while let row = try rows.next() { out.append(try LocalItem(row: row)) }
-        return out
+        try ItemCursor.all(try db.cachedStatement(sql: sql), arguments: arguments)
     }
 
     public func item(_ ino: Int64) throws -> LocalItem? {

@@ -6,12 +6,12 @@ extension LocalItem {
     /// Decodes a row of `SELECT *` (or `items.*`) by position: columns in table order, which
     /// migrations only ever append to. Position, not name: GRDB's lookup by name lowercases
     /// every name and was most of the cost of listing a folder.
-    init(row: Row) throws {
-        let ino: Int64 = row[0]
+    init(columns row: some ItemColumns) throws {
+        let ino: Int64 = try row.value(0)
         func undecodable(_ column: String, _ value: String) -> LocalStoreError {
             .undecodable(table: "items", key: ino, column: column, value: value)
         }
-        let xattrBlob: Data = row[12]
+        let xattrBlob: Data = try row.value(12)
         // Most items have no attributes: skip the decoder for the empty object.
         let xattrs: [String: Data]
         if xattrBlob.count <= 2 {
@@ -21,26 +21,26 @@ extension LocalItem {
                 throw undecodable("xattrs", String(decoding: xattrBlob.prefix(80), as: UTF8.self))
             }
         }
-        let revision: String? = row[13]
-        let digest: String? = row[14]
-        let mode: Int64 = row[6], uid: Int64 = row[7], gid: Int64 = row[8]
-        let kindText: String = row[4], contentText: String = row[15]
+        let revision: String? = try row.optional(13)
+        let digest: String? = try row.optional(14)
+        let mode: Int64 = try row.value(6), uid: Int64 = try row.value(7), gid: Int64 = try row.value(8)
+        let kindText: String = try row.value(4), contentText: String = try row.value(15)
         guard let kind = ItemKind(rawValue: kindText) else { throw undecodable("kind", kindText) }
         guard let content = ContentState(rawValue: contentText) else { throw undecodable("content", contentText) }
         var conflicts: [ConflictVersion] = []
-        if let conflictBlob = row[21] as Data? {
+        if let conflictBlob: Data = try row.optional(21) {
             do { conflicts = try JSONDecoder().decode([ConflictVersion].self, from: conflictBlob) } catch {
                 throw undecodable("conflicts", String(decoding: conflictBlob.prefix(80), as: UTF8.self))
             }
         }
         self.init(
-            ino: ino, itemID: ItemID(row[1] as String), parent: row[2], name: row[3],
-            kind: kind, size: row[5], mode: UInt32(truncatingIfNeeded: mode),
-            uid: UInt32(truncatingIfNeeded: uid), gid: UInt32(truncatingIfNeeded: gid), created: row[9],
-            modified: row[10], changed: row[11], xattrs: xattrs, revision: revision.map(Revision.init(_:)),
+            ino: ino, itemID: ItemID(try row.value(1) as String), parent: try row.optional(2), name: try row.value(3),
+            kind: kind, size: try row.value(5), mode: UInt32(truncatingIfNeeded: mode),
+            uid: UInt32(truncatingIfNeeded: uid), gid: UInt32(truncatingIfNeeded: gid), created: try row.value(9),
+            modified: try row.value(10), changed: try row.value(11), xattrs: xattrs, revision: revision.map(Revision.init(_:)),
             serverDigest: try digest.map { try ContentDigest(hex: $0) }, content: content,
-            cachedBytes: row[16], pinned: (row[17] as Int64) != 0, lastAccess: row[18],
-            downloadError: row[19], uploadError: row[20], conflicts: conflicts, target: row[24])
+            cachedBytes: try row.value(16), pinned: (try row.value(17) as Int64) != 0, lastAccess: try row.value(18),
+            downloadError: try row.optional(19), uploadError: try row.optional(20), conflicts: conflicts, target: try row.optional(24))
     }
 
     var columnValues: StatementArguments {
