@@ -31,6 +31,12 @@ public final class LocalStore: Sendable {
             try db.execute(sql: "PRAGMA wal_autocheckpoint = 10000")
             // Once checkpointed and reset, the WAL file is cut back to 8 MiB, not left at its peak.
             try db.execute(sql: "PRAGMA journal_size_limit = 8388608")
+            // A statement that fires triggers (every insert and rename of an item) keeps the
+            // pages it changes in a statement journal, to undo itself alone should it fail
+            // midway. In a temporary file by default: a first sync of 10,000 items wrote 230 MB
+            // into such files, page by page, a system call each. In memory instead: the journal
+            // lives only as long as its statement and holds no more than the pages it touched.
+            try db.execute(sql: "PRAGMA temp_store = MEMORY")
         }
         config.busyMode = .timeout(5)
         pool = try DatabasePool(path: path, configuration: config)
