@@ -21,12 +21,15 @@ public final class LocalStore: Sendable {
     let pool: any DatabaseWriter
     /// The database file; nil in memory.
     let path: String?
+    let insertTotals = InsertTotals()
 
     public init(path: String) throws {
         self.path = path
         var config = Configuration()
+        let countsInserts = insertTotals.sqlFunction
         config.prepareDatabase { db in
             db.add(function: NameKey.sqlFunction)
+            db.add(function: countsInserts)
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
             try db.execute(sql: "PRAGMA wal_autocheckpoint = 10000")
             // Once checkpointed and reset, the WAL file is cut back to 8 MiB, not left at its peak.
@@ -47,7 +50,11 @@ public final class LocalStore: Sendable {
     public init(inMemory: Void = ()) throws {
         path = nil
         var config = Configuration()
-        config.prepareDatabase { db in db.add(function: NameKey.sqlFunction) }
+        let countsInserts = insertTotals.sqlFunction
+        config.prepareDatabase { db in
+            db.add(function: NameKey.sqlFunction)
+            db.add(function: countsInserts)
+        }
         pool = try DatabaseQueue(configuration: config)
         try Self.migrator.migrate(pool)
     }
@@ -95,7 +102,7 @@ public final class LocalStore: Sendable {
     }
 
     public func write<T>(_ body: (LocalWriter) throws -> T) throws -> T {
-        try Self.namingFullDisk { try pool.write { db in try body(LocalWriter(db: db)) } }
+        try Self.namingFullDisk { try pool.write { db in try body(LocalWriter(db: db, insertTotals: insertTotals)) } }
     }
 
     public func asyncRead<T: Sendable>(_ body: @escaping @Sendable (LocalReader) throws -> T) async throws -> T {
@@ -104,7 +111,7 @@ public final class LocalStore: Sendable {
 
     public func asyncWrite<T: Sendable>(_ body: @escaping @Sendable (LocalWriter) throws -> T) async throws -> T {
         do {
-            return try await pool.write { db in try body(LocalWriter(db: db)) }
+            return try await pool.write { db in try body(LocalWriter(db: db, insertTotals: insertTotals)) }
         } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
             throw LocalStoreError.diskFull
         }

@@ -5,7 +5,23 @@ import ItemModel
 /// Write access inside one transaction: everything done through one writer commits together.
 public struct LocalWriter {
     let db: Database
+    let insertTotals: InsertTotals
     public var reader: LocalReader { LocalReader(db: db) }
+
+    /// Runs `body`, counting the rows it inserts in memory and adding them to the totals once
+    /// at its end, instead of a trigger's update per row (see `InsertTotals`): for a writer
+    /// that inserts many, such as a first sync's page.
+    public func countingInserts<T>(_ body: () throws -> T) throws -> T {
+        guard insertTotals.start() else { return try body() }
+        let result: T
+        do { result = try body() } catch {
+            // The caller may still commit what was inserted before the error.
+            try? insertTotals.finish(db)
+            throw error
+        }
+        try insertTotals.finish(db)
+        return result
+    }
 
     /// With the name's query columns (`plain_name`, `name_key`; see `NameKey`), so that no
     /// trigger rewrites the new row.
@@ -20,6 +36,7 @@ public struct LocalWriter {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """).execute(arguments: item.columnValues + [key != nil, key])
         item.ino = db.lastInsertedRowID
+        insertTotals.count(item)
         return item
     }
 

@@ -278,6 +278,21 @@ extension LocalStore {
                 CREATE INDEX known_shares_by_item ON known_shares(item_id);
                 """)
         }
+        m.registerMigration("v22: inserts counted by their writer") { db in
+            // A writer inserting many rows counts them itself (`InsertTotals`); the insert
+            // triggers count the rest.
+            let condition = "WHEN \(InsertTotals.triggerCondition)()"
+            try db.execute(sql: """
+                DROP TRIGGER totals_on_insert;
+                DROP TRIGGER status_totals_on_insert;
+                CREATE TRIGGER totals_on_insert AFTER INSERT ON items \(condition) BEGIN
+                    UPDATE totals SET items = items + 1, cached_bytes = cached_bytes + NEW.cached_bytes WHERE id = 1;
+                END;
+                CREATE TRIGGER status_totals_on_insert AFTER INSERT ON items \(condition) BEGIN
+                    UPDATE status_totals SET items = items + 1 WHERE kind = NEW.kind AND content = NEW.content;
+                END;
+                """)
+        }
         return m
     }
 }

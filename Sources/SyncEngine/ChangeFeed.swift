@@ -43,7 +43,9 @@ extension SyncEngine {
             var effects = EffectsAfterCommit()
             if let held { try w.dropHeldChange(held) }
             var batch = FeedBatch()
-            for change in changes { try applyLocked(change, w, &effects, &batch) }
+            try w.countingInserts {
+                for change in changes { try applyLocked(change, w, &effects, &batch) }
+            }
             if let cursor { try w.setMeta("cursor", cursor.rawValue) }
             return effects
         }
@@ -180,7 +182,7 @@ extension SyncEngine {
         }
         let local = try r.item(id: remote.id)
         // What changes an item already here may change paths (a rename, a move, a deletion).
-        if local != nil { batch.forgetPaths() }
+        if local != nil { batch.forgetTree() }
         if change.kind == .delete || remote.deleted {
             if try batch.mayHold(.orphans, r) { try w.removeOrphan(remote.id) }
             try w.dropHeldChange(remote.id)
@@ -219,7 +221,7 @@ extension SyncEngine {
             return
         }
         if local == nil, try batch.mayHold(.tombstones, r), let gone = try r.tombstone(of: remote.id), !remote.revision.isNewer(than: gone) { return }
-        guard let parentID = remote.parentID, let parent = try r.folderPlace(id: parentID) else {
+        guard let parentID = remote.parentID, let parent = try batch.folderPlace(id: parentID, r) else {
             // The parent has not arrived yet; it will (the log holds its latest state).
             try w.addOrphan(remote.id, parent: remote.parentID ?? .root, json: try JSONEncoder().encode(change))
             batch.added(.orphans)
@@ -304,7 +306,7 @@ extension SyncEngine {
         } else {
             if let clash = try r.child(of: parent.ino, named: remote.name) {
                 try makeRoom(for: clash, w, &effects)
-                batch.forgetPaths()
+                batch.forgetTree()
             }
             let item = try w.insert(LocalItem(
                 itemID: remote.id, parent: parent.ino, name: remote.name, kind: remote.kind, size: remote.size,
@@ -315,7 +317,10 @@ extension SyncEngine {
             effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
             effects.invalidations.append(.inode(parent.ino))
             let path = try batch.path(of: parent.ino, r).map { $0 == "/" ? "/" + remote.name : $0 + "/" + remote.name }
-            if item.kind == .folder, let path { batch.know(path, of: item.ino) }
+            if item.kind == .folder {
+                batch.know(FolderPlace(ino: item.ino, pinned: item.pinned), of: item.itemID)
+                if let path { batch.know(path, of: item.ino) }
+            }
             effects.events.append(MountEvent(.created, path: path))
             try noteConflicts(of: item, hadConflicts: false, r, &effects)
             if item.pinned { effects.fetchPinned = true }
@@ -481,9 +486,10 @@ extension SyncEngine {
 /// need not ask again: a first sync applies thousands in one, and per change the lookups below
 /// were a third of its time.
 ///
-/// - The paths of folders read or made, for the events of the items that come into them.
-///   Forgotten at any change of an item already in the index (it may rename, move or delete a
-///   folder) and at any name made room for.
+/// - The paths of folders read or made, for the events of the items that come into them, and
+///   the places of folders by server ID, for the items that come into them (a hundred files
+///   of one folder ask once). Forgotten at any change of an item already in the index (it may
+///   rename, move, delete or give a new identity to a folder) and at any name made room for.
 /// - Whether a side table the feed consults holds any row: an empty one (the usual case) needs
 ///   no lookup per change. Asked once each; only the orphans grow inside a feed transaction
 ///   (tombstones and queued deletions come from the outbox's and the file system's own).
@@ -493,6 +499,7 @@ struct FeedBatch {
     }
 
     private var known: [Int64: String] = [:]
+    private var places: [ItemID: FolderPlace] = [:]
     private var nonEmpty: [SideTable: Bool] = [:]
 
     mutating func path(of folder: Int64, _ r: LocalReader) throws -> String? {
@@ -504,7 +511,21 @@ struct FeedBatch {
 
     mutating func know(_ path: String, of folder: Int64) { known[folder] = path }
 
-    mutating func forgetPaths() { known.removeAll() }
+    /// Where the folder `id` is here; nil when it is not (its children wait as orphans). Only
+    /// found places are kept: a folder missing now may arrive later in the same batch.
+    mutating func folderPlace(id: ItemID, _ r: LocalReader) throws -> FolderPlace? {
+        if let place = places[id] { return place }
+        let place = try r.folderPlace(id: id)
+        if let place { places[id] = place }
+        return place
+    }
+
+    mutating func know(_ place: FolderPlace, of folder: ItemID) { places[folder] = place }
+
+    mutating func forgetTree() {
+        known.removeAll()
+        places.removeAll()
+    }
 
     /// False only when the table is known to be empty.
     mutating func mayHold(_ table: SideTable, _ r: LocalReader) throws -> Bool {

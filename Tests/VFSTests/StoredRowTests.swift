@@ -81,8 +81,9 @@ import TestSupport
         try await expectColumns(renamed)
     }
 
-    /// The kept totals (items, bytes cached) are what counting the rows gives, after inserts,
-    /// content changes and deletions.
+    /// The kept totals (items, bytes cached, items by kind and content state) are what counting
+    /// the rows gives, after inserts (counted by the triggers, or by a writer that counts its
+    /// own), content changes and deletions.
     @Test func theTotalsAreTheRowsCounted() async throws {
         let folder = try TempDirectory("ubiq-rows")
         defer { folder.remove() }
@@ -92,17 +93,36 @@ import TestSupport
                 ((try r.itemCount(), try r.cachedBytesTotal()), (try r.allItems().count, try r.allItems().reduce(0) { $0 + $1.cachedBytes }))
             }
             #expect(kept == counted, "\(when)")
+            let (keptByState, countedByState) = try store.read { r in
+                (try r.count(selectedBy: "SELECT COALESCE(SUM(items), 0) FROM status_totals WHERE kind = 'file' AND content = 'current'", arguments: []),
+                 try r.allItems().filter { $0.kind == .file && $0.content == .current }.count)
+            }
+            #expect(keptByState == countedByState, "\(when): current files")
+        }
+        func newFile(_ index: Int) -> LocalItem {
+            LocalItem(
+                ino: 0, itemID: ItemID(String(format: "%032x", index + 1)), parent: LocalItem.rootIno, name: "f\(index)",
+                kind: .file, size: 100, mode: 0o644, created: 0, modified: 0, changed: 0, content: index % 2 == 0 ? .current : .placeholder,
+                cachedBytes: index % 2 == 0 ? 100 : 0)
         }
         var inos: [Int64] = []
         for index in 0..<20 {
-            inos.append(try store.write { w in
-                try w.insert(LocalItem(
-                    ino: 0, itemID: ItemID(String(format: "%032x", index + 1)), parent: LocalItem.rootIno, name: "f\(index)",
-                    kind: .file, size: 100, mode: 0o644, created: 0, modified: 0, changed: 0, content: index % 2 == 0 ? .current : .placeholder,
-                    cachedBytes: index % 2 == 0 ? 100 : 0)).ino
-            })
+            inos.append(try store.write { w in try w.insert(newFile(index)).ino })
         }
         try expectCounted("after the inserts")
+        inos += try store.write { w in try w.countingInserts { try (20..<30).map { try w.insert(newFile($0)).ino } } }
+        try expectCounted("after inserts the writer counted")
+        // A body that fails after inserting, in a transaction that still commits.
+        inos += try store.write { w in
+            var made: [Int64] = []
+            _ = try? w.countingInserts {
+                made = try (30..<33).map { try w.insert(newFile($0)).ino }
+                throw CancellationError()
+            }
+            made.append(try w.insert(newFile(33)).ino)  // counted by the triggers again
+            return made
+        }
+        try expectCounted("after a counting writer failed")
         try store.write { w in
             for ino in inos.prefix(5) {
                 var item = try #require(try w.reader.item(ino))
