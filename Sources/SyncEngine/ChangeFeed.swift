@@ -45,6 +45,7 @@ extension SyncEngine {
             var batch = FeedBatch()
             try w.countingInserts {
                 for change in changes { try applyLocked(change, w, &effects, &batch) }
+                try batch.insertWaiting(w)
             }
             if let cursor { try w.setMeta("cursor", cursor.rawValue) }
             return effects
@@ -166,6 +167,7 @@ extension SyncEngine {
     func applyLocked(_ change: ItemChange, _ w: LocalWriter, _ effects: inout EffectsAfterCommit) throws {
         var batch = FeedBatch()
         try applyLocked(change, w, &effects, &batch)
+        try batch.insertWaiting(w)
     }
 
     /// `batch`: what this transaction has learned of the index so far (see `FeedBatch`).
@@ -180,9 +182,15 @@ extension SyncEngine {
             effects.invalidations.append(.inode(LocalItem.rootIno))
             return
         }
+        // A new file of this batch not inserted yet is inserted before anything reads or
+        // changes the index beyond the lookups of new items (see `FeedBatch.wait`).
+        if batch.isWaiting(id: remote.id) { try batch.insertWaiting(w) }
         let local = try r.item(id: remote.id)
         // What changes an item already here may change paths (a rename, a move, a deletion).
-        if local != nil { batch.forgetTree() }
+        if local != nil {
+            try batch.insertWaiting(w)
+            batch.forgetTree()
+        }
         if change.kind == .delete || remote.deleted {
             if try batch.mayHold(.orphans, r) { try w.removeOrphan(remote.id) }
             try w.dropHeldChange(remote.id)
@@ -304,26 +312,31 @@ extension SyncEngine {
             try noteConflicts(of: local, hadConflicts: hadConflicts, r, &effects)
             if local.pinned && contentChanged { effects.fetchPinned = true }
         } else {
+            if batch.isWaiting(parent: parent.ino, name: remote.name) { try batch.insertWaiting(w) }
             if let clash = try r.child(of: parent.ino, named: remote.name) {
                 try makeRoom(for: clash, w, &effects)
                 batch.forgetTree()
             }
-            let item = try w.insert(LocalItem(
+            let new = LocalItem(
                 itemID: remote.id, parent: parent.ino, name: remote.name, kind: remote.kind, size: remote.size,
                 mode: remote.mode, uid: getuid(), gid: getgid(), created: remote.created, modified: remote.modified,
                 changed: Self.now(), xattrs: remote.xattrs, revision: remote.revision, serverDigest: remote.digest,
                 content: remote.kind == .file ? .placeholder : .current, pinned: parent.pinned, conflicts: remote.conflicts,
-                target: remote.target))
+                target: remote.target)
             effects.invalidations.append(.entry(parent: parent.ino, name: remote.name))
             effects.invalidations.append(.inode(parent.ino))
             let path = try batch.path(of: parent.ino, r).map { $0 == "/" ? "/" + remote.name : $0 + "/" + remote.name }
+            effects.events.append(MountEvent(.created, path: path))
+            if new.pinned { effects.fetchPinned = true }
+            // A file, nobody's folder, without conflicts (whose events name its row): inserted
+            // with others of the batch, many rows a statement.
+            guard new.kind != .file || !new.conflicts.isEmpty else { return batch.wait(new) }
+            let item = try w.insert(new)
             if item.kind == .folder {
                 batch.know(FolderPlace(ino: item.ino, pinned: item.pinned), of: item.itemID)
                 if let path { batch.know(path, of: item.ino) }
             }
-            effects.events.append(MountEvent(.created, path: path))
             try noteConflicts(of: item, hadConflicts: false, r, &effects)
-            if item.pinned { effects.fetchPinned = true }
             // Children that arrived before this folder.
             for json in try batch.mayHold(.orphans, r) ? r.orphans(of: remote.id) : [] {
                 let orphan = try JSONDecoder().decode(ItemChange.self, from: json)
@@ -500,6 +513,14 @@ struct FeedBatch {
 
     private var known: [Int64: String] = [:]
     private var places: [ItemID: FolderPlace] = [:]
+    private var waiting: [LocalItem] = []
+    private var waitingIDs: Set<ItemID> = []
+    private var waitingNames: Set<NameInFolder> = []
+
+    struct NameInFolder: Hashable {
+        let parent: Int64
+        let name: String
+    }
     private var nonEmpty: [SideTable: Bool] = [:]
 
     mutating func path(of folder: Int64, _ r: LocalReader) throws -> String? {
@@ -521,6 +542,29 @@ struct FeedBatch {
     }
 
     mutating func know(_ place: FolderPlace, of folder: ItemID) { places[folder] = place }
+
+    /// A new file, inserted later with the others waiting (`insertWaiting`): SQLite's work per
+    /// insert statement (starting it, opening a cursor on every index, the triggers' programs)
+    /// is shared by many rows. Until then the index does not hold it: a change of the same
+    /// item, a new item of the same name in the same folder, and any change of an item already
+    /// here insert the waiting files first; so does the batch's end.
+    mutating func wait(_ file: LocalItem) {
+        waiting.append(file)
+        waitingIDs.insert(file.itemID)
+        if let parent = file.parent { waitingNames.insert(NameInFolder(parent: parent, name: file.name)) }
+    }
+
+    func isWaiting(id: ItemID) -> Bool { waitingIDs.contains(id) }
+
+    func isWaiting(parent: Int64, name: String) -> Bool { waitingNames.contains(NameInFolder(parent: parent, name: name)) }
+
+    mutating func insertWaiting(_ w: LocalWriter) throws {
+        guard !waiting.isEmpty else { return }
+        try w.insert(waiting)
+        waiting.removeAll(keepingCapacity: true)
+        waitingIDs.removeAll(keepingCapacity: true)
+        waitingNames.removeAll(keepingCapacity: true)
+    }
 
     mutating func forgetTree() {
         known.removeAll()
