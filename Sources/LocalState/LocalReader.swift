@@ -12,17 +12,6 @@ public struct TreeCycleError: Error, CustomStringConvertible {
     public var description: String { "the folders above item \(ino) form a loop" }
 }
 
-/// Where a folder is in the index, and whether what comes into it is pinned.
-public struct FolderPlace: Sendable, Equatable {
-    public let ino: Int64
-    public let pinned: Bool
-
-    public init(ino: Int64, pinned: Bool) {
-        self.ino = ino
-        self.pinned = pinned
-    }
-}
-
 /// Read access inside one transaction.
 public struct LocalReader {
     let db: Database
@@ -43,9 +32,9 @@ public struct LocalReader {
 
     /// Where a folder is in the index, and whether what comes into it is pinned: all an item
     /// arriving in it needs of it, without decoding its row.
-    public func folderPlace(id: ItemID) throws -> FolderPlace? {
+    public func folderPlace(id: ItemID) throws -> (ino: Int64, pinned: Bool)? {
         try Row.fetchOne(try db.cachedStatement(sql: "SELECT ino, pinned FROM items WHERE item_id = ?"), arguments: [id.rawValue])
-            .map { FolderPlace(ino: $0[0], pinned: $0[1]) }
+            .map { (ino: $0[0], pinned: $0[1]) }
     }
 
     public func child(of parent: Int64, named name: String) throws -> LocalItem? {

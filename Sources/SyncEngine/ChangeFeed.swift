@@ -333,7 +333,7 @@ extension SyncEngine {
             guard new.kind != .file || !new.conflicts.isEmpty else { return batch.wait(new) }
             let item = try w.insert(new)
             if item.kind == .folder {
-                batch.know(FolderPlace(ino: item.ino, pinned: item.pinned), of: item.itemID)
+                batch.know((ino: item.ino, pinned: item.pinned), of: item.itemID)
                 if let path { batch.know(path, of: item.ino) }
             }
             try noteConflicts(of: item, hadConflicts: false, r, &effects)
@@ -512,7 +512,7 @@ struct FeedBatch {
     }
 
     private var known: [Int64: String] = [:]
-    private var places: [ItemID: FolderPlace] = [:]
+    private var places: [ItemID: (ino: Int64, pinned: Bool)] = [:]
     private var waiting: [LocalItem] = []
     private var waitingIDs: Set<ItemID> = []
     private var waitingNames: Set<NameInFolder> = []
@@ -534,14 +534,14 @@ struct FeedBatch {
 
     /// Where the folder `id` is here; nil when it is not (its children wait as orphans). Only
     /// found places are kept: a folder missing now may arrive later in the same batch.
-    mutating func folderPlace(id: ItemID, _ r: LocalReader) throws -> FolderPlace? {
+    mutating func folderPlace(id: ItemID, _ r: LocalReader) throws -> (ino: Int64, pinned: Bool)? {
         if let place = places[id] { return place }
         let place = try r.folderPlace(id: id)
         if let place { places[id] = place }
         return place
     }
 
-    mutating func know(_ place: FolderPlace, of folder: ItemID) { places[folder] = place }
+    mutating func know(_ place: (ino: Int64, pinned: Bool), of folder: ItemID) { places[folder] = place }
 
     /// A new file, inserted later with the others waiting (`insertWaiting`): SQLite's work per
     /// insert statement (starting it, opening a cursor on every index, the triggers' programs)
