@@ -29,13 +29,8 @@ final class ItemCursor: DatabaseCursor {
     }
 }
 
-/// Values by column position (`LocalItem.init(columns:)`).
-protocol ItemColumns {
-    func value<T: DatabaseValueConvertible & StatementColumnConvertible>(_ index: Int) throws -> T
-    func optional<T: DatabaseValueConvertible & StatementColumnConvertible>(_ index: Int) throws -> T?
-}
-
-struct StatementColumns: ItemColumns {
+/// The values of a statement's current row by column position (`LocalItem.init(columns:)`).
+struct StatementColumns {
     let statement: SQLiteStatement
 
     func value<T: DatabaseValueConvertible & StatementColumnConvertible>(_ index: Int) throws -> T {

@@ -23,13 +23,15 @@ public final class LocalStore: Sendable {
     let path: String?
     let insertTotals = InsertTotals()
 
+    /// What the schema's triggers call, on every connection.
+    static func sqlFunctions(_ insertTotals: InsertTotals) -> [DatabaseFunction] { [NameKey.sqlFunction, insertTotals.sqlFunction] }
+
     public init(path: String) throws {
         self.path = path
         var config = Configuration()
-        let countsInserts = insertTotals.sqlFunction
+        let functions = Self.sqlFunctions(insertTotals)
         config.prepareDatabase { db in
-            db.add(function: NameKey.sqlFunction)
-            db.add(function: countsInserts)
+            for function in functions { db.add(function: function) }
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
             try db.execute(sql: "PRAGMA wal_autocheckpoint = 10000")
             // Once checkpointed and reset, the WAL file is cut back to 8 MiB, not left at its peak.
@@ -50,10 +52,9 @@ public final class LocalStore: Sendable {
     public init(inMemory: Void = ()) throws {
         path = nil
         var config = Configuration()
-        let countsInserts = insertTotals.sqlFunction
+        let functions = Self.sqlFunctions(insertTotals)
         config.prepareDatabase { db in
-            db.add(function: NameKey.sqlFunction)
-            db.add(function: countsInserts)
+            for function in functions { db.add(function: function) }
         }
         pool = try DatabaseQueue(configuration: config)
         try Self.migrator.migrate(pool)

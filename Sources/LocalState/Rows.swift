@@ -6,7 +6,7 @@ extension LocalItem {
     /// Decodes a row of `SELECT *` (or `items.*`) by position: columns in table order, which
     /// migrations only ever append to. Position, not name: GRDB's lookup by name lowercases
     /// every name and was most of the cost of listing a folder.
-    init(columns row: some ItemColumns) throws {
+    init(columns row: StatementColumns) throws {
         let ino: Int64 = try row.value(0)
         func undecodable(_ column: String, _ value: String) -> LocalStoreError {
             .undecodable(table: "items", key: ino, column: column, value: value)
