@@ -6,9 +6,7 @@ extension TestDevice {
     /// Waits until the mount has sent every local change (`ubiq status --json`).
     public func waitUntilUploaded(timeout: Duration = .seconds(60)) async throws {
         try await eventually(timeout: timeout, "\(name) to finish uploading") {
-            let r = try await self.ubiq(["status", "--json", "--mount", self.mountpoint])
-            guard r.status == 0, let report = try? JSONDecoder().decode(MountStatusReport.self, from: Data(r.stdout.utf8)) else { return false }
-            return report.pendingUploads == 0
+            (try? await self.status())?.pendingUploads == 0
         }
     }
 
