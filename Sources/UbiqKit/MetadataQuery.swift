@@ -364,7 +364,6 @@ public final class MetadataQuery: Sendable {
     func deliver(_ event: Event) {
         let (stopped, subscribers) = state.withLock { ($0.phase == .stopped, Array($0.subscribers.values)) }
         guard !stopped else { return }
-        for subscriber in subscribers { subscriber.yield(event) }
         let (name, userInfo): (Notification.Name, [AnyHashable: Any]?) = switch event {
         case .didStartGathering: (Self.didStartGatheringNotification, nil)
         case .gatheringProgress(let added): (Self.gatheringProgressNotification, [Self.updateAddedItemsKey: added])
@@ -373,7 +372,11 @@ public final class MetadataQuery: Sendable {
             (Self.didUpdateNotification, [Self.updateAddedItemsKey: added, Self.updateChangedItemsKey: changed, Self.updateRemovedItemsKey: removed])
         case .didFail(let error): (Self.didFailNotification, ["error": error])
         }
+        // The notification first, then the streams: its observers run within `post`, so a
+        // program that sees an event on a stream has had the notification of it too (posted
+        // after, a consumer of the stream could look before the observers ran).
         NotificationCenter.default.post(name: name, object: self, userInfo: userInfo)
+        for subscriber in subscribers { subscriber.yield(event) }
     }
 
     // MARK: Helpers
