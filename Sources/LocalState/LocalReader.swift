@@ -229,6 +229,13 @@ public struct LocalReader {
             .compactMap { try? ContentDigest(hex: $0) })
     }
 
+    /// The contents sent to the server item `id` by a row that left it before the answer
+    /// (`LocalWriter.abandonSentContents`).
+    public func abandonedContentDigests(of id: ItemID) throws -> Set<ContentDigest> {
+        Set(try String.fetchAll(try db.cachedStatement(sql: "SELECT digest FROM abandoned_creates WHERE item_id = ?"), arguments: [id.rawValue])
+            .compactMap { try? ContentDigest(hex: $0) })
+    }
+
     /// The place (folder, name) the first create of `ino` not yet answered went with (`noteCreateSent`).
     public func firstCreatePlace(of ino: Int64) throws -> SentPlace? {
         guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT parent_id, name FROM first_create_places WHERE ino = ?"), arguments: [ino])

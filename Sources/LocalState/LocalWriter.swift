@@ -175,6 +175,22 @@ public struct LocalWriter {
         try db.cachedStatement(sql: "DELETE FROM first_create_places WHERE ino = ?").execute(arguments: [ino])
     }
 
+    /// The row `ino` leaves the server item `itemID` before its create was answered (deleted
+    /// here, or a safe save gave the row another identity): what it sent there is kept by item
+    /// until that item's deletion is settled, so that the deletion removes only content this
+    /// device made, never another device's edit of it (see `abandonedContentDigests`).
+    public func abandonSentContents(of ino: Int64, itemID: ItemID) throws {
+        try db.cachedStatement(sql: """
+            INSERT OR IGNORE INTO abandoned_creates (item_id, digest) SELECT item_id, digest FROM sent_creates WHERE ino = ? AND item_id = ?
+            """).execute(arguments: [ino, itemID.rawValue])
+        try db.cachedStatement(sql: "DELETE FROM sent_creates WHERE ino = ? AND item_id = ?").execute(arguments: [ino, itemID.rawValue])
+    }
+
+    /// The deletion of the abandoned server item `id` is settled (see `abandonSentContents`).
+    public func forgetAbandonedContents(of id: ItemID) throws {
+        try db.cachedStatement(sql: "DELETE FROM abandoned_creates WHERE item_id = ?").execute(arguments: [id.rawValue])
+    }
+
     /// A safe save's row took over the server item of `replaced`, whose upload may be on its
     /// way: what that upload sent is the new row's to know (and to forget with its answer).
     public func passSentContents(from replaced: Int64, to successor: Int64) throws {

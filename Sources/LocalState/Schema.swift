@@ -293,6 +293,12 @@ extension LocalStore {
                 END;
                 """)
         }
+        m.registerMigration("v23: contents of creates deleted before their answer") { db in
+            // A row that leaves a server item whose create may be on its way (deleted here, or a
+            // safe save gave it another identity) keeps what it sent there by item until that
+            // item's deletion is settled (`LocalWriter.abandonSentContents`).
+            try db.execute(sql: "CREATE TABLE abandoned_creates (item_id TEXT NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (item_id, digest)) WITHOUT ROWID")
+        }
         return m
     }
 }

@@ -46,6 +46,7 @@ extension FileSystem {
     func deleteRow(_ item: LocalItem, _ w: LocalWriter) throws {
         let excluded = try w.reader.isExcluded(item.ino)
         try w.dropOps(for: item.ino)
+        if !excluded && item.revision == nil { try w.abandonSentContents(of: item.ino, itemID: item.itemID) }
         try w.forgetSentContents(of: item.ino)
         try w.delete(item.ino)
         if !excluded {
@@ -93,6 +94,7 @@ extension FileSystem {
                         // is gone the change feed keeps it away from this device, and a later
                         // save refused because it still holds the temp name sends it first.
                         try w.enqueue(.delete, ino: source.ino, itemID: source.itemID, revision: nil)
+                        try w.abandonSentContents(of: source.ino, itemID: source.itemID)
                     }
                     try w.dropOps(for: target.ino)
                     try w.passSentContents(from: target.ino, to: source.ino)

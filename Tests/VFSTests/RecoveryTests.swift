@@ -187,6 +187,51 @@ struct RecoveryTests {
         }
     }
 
+    /// Seed 20261193 of the random run (in a later session): the deletion of an item whose
+    /// create was not answered went with whatever revision the server held, and took another
+    /// writer's edit with it.
+    @Test("a file deleted here before its create's answer, which another device then edited, comes back with that edit",
+          arguments: [5_000, 300_000])  // in a batch, and alone
+    func lostCreateAnswerThenEditedElsewhereAndDeletedHere(size: Int) async throws {
+        let theirs = pattern(size + 7, seed: 3)
+        try await Self.afterALostCreate(size: size) { h, _, id async throws in
+            _ = try await h.remote.otherDevice.updateContent(id, to: theirs)
+            try h.fs.unlink(parent: rootIno, name: n("mine.bin"))
+        } check: { h, _, id async throws in
+            #expect(try await h.remote.content(of: id) == theirs, "the other device's edit stands")
+            #expect(try await h.remote.item(atPath: "/mine.bin")?.id == id)
+            #expect(try h.local(h.requireIno("/mine.bin"))?.itemID == id, "and comes back here")
+            #expect(try await h.read(h.requireIno("/mine.bin")) == theirs)
+            #expect(h.observer.events.contains { $0.kind == .reconciled })
+        }
+    }
+
+    @Test("an editor's temp file whose create landed with its answer lost, edited by another device, then saved over a file: the save goes up and the edit stays")
+    func lostTempCreateEditedElsewhereThenSavedOver() async throws {
+        let h = try await Harness()
+        defer { h.close() }
+        _ = try h.writeNewFile("doc.txt", Array("v1".utf8))
+        try await h.running([.outbox]) {
+            try await eventually("doc.txt to go up") { try h.outbox().isEmpty }
+            h.remote.loseAnswer(.createItem, times: 1_000)
+            h.remote.loseAnswer(.createItems, times: 1_000)
+            let mine = Array("saved by an editor".utf8)
+            _ = try h.writeNewFile("doc.txt.tmp", mine)
+            try await eventually("the temp file's create to land") { try await h.remote.item(atPath: "/doc.txt.tmp") != nil }
+            let tempID = try #require(try await h.remote.item(atPath: "/doc.txt.tmp")).id
+            let theirs = Array("edited elsewhere".utf8)
+            _ = try await h.remote.otherDevice.updateContent(tempID, to: theirs)
+            try h.fs.rename(parent: rootIno, name: n("doc.txt.tmp"), newParent: rootIno, newName: n("doc.txt"), noReplace: false, exchange: false)
+            h.remote.stopLosingAnswers()
+            try await eventually("the save and the temp file to settle") { try h.outbox().isEmpty }
+            #expect(try await h.remote.content(atPath: "/doc.txt") == mine, "the save went up")
+            #expect(try await h.remote.item(atPath: "/doc.txt.tmp")?.id == tempID, "the other device's edit of the temp file stands")
+            #expect(try await h.remote.content(of: tempID) == theirs)
+            #expect(try await h.read(h.requireIno("/doc.txt.tmp")) == theirs, "and shows here")
+            #expect(try await h.read(h.requireIno("/doc.txt")) == mine)
+        }
+    }
+
     @Test("a folder whose lost create another device then renamed keeps that name, and a rename here after the create still goes up")
     func lostFolderCreateAnswerThenRenamedElsewhere() async throws {
         let h = try await Harness()

@@ -11,12 +11,15 @@ extension SyncEngine {
     /// Inside a transaction; true when something was queued.
     func followUpCreate(_ sent: LocalItem, _ created: ItemMetadata, _ w: LocalWriter) throws -> Bool {
         guard let row = try w.reader.item(sent.ino), row.itemID == created.id else {
-            // Deleted meanwhile: its deletion is queued already (see FileSystem.deleteRow).
-            if try !w.reader.hasPendingDelete(of: created.id) {
-                try w.enqueue(.delete, ino: sent.ino, itemID: created.id, revision: created.revision)
-                return true
+            // Deleted meanwhile: its deletion is queued already (see FileSystem.deleteRow), and
+            // now knows the revision it deletes, so that the server refuses it over a change
+            // made elsewhere since.
+            if try w.reader.hasPendingDelete(of: created.id) {
+                try w.updatePendingDelete(of: created.id, revision: created.revision)
+                return false
             }
-            return false
+            try w.enqueue(.delete, ino: sent.ino, itemID: created.id, revision: created.revision)
+            return true
         }
         var queued = false
         if row.name != sent.name || row.parent != sent.parent { try w.enqueue(.move, ino: sent.ino); queued = true }

@@ -186,12 +186,20 @@ extension SyncEngine {
         if let revision = entry.revision {
             base = revision
         } else {
-            // Deleted before its create was answered: delete whatever that create made.
+            // Deleted before its create was answered: delete what that create made, unless
+            // another device edited it since (its content is none this device sent): that edit
+            // wins, as over any deletion.
+            let current: ItemMetadata
             do {
-                base = try await remote.item(id).revision
+                current = try await remote.item(id)
             } catch let RemoteError.refused(code, _, _) where code == .itemNotFound || code == .containerNotFound {
+                try store.write { try $0.forgetAbandonedContents(of: id) }
                 return .done
             }
+            if current.kind == .file, try !store.read({ try $0.abandonedContentDigests(of: id) }).contains(current.digest ?? .empty) {
+                return try restoreDeleted(entry, current)
+            }
+            base = current.revision
         }
         do {
             let tombstones = try await remote.deleteItem(id, base: base, recursive: false)
@@ -200,38 +208,49 @@ extension SyncEngine {
                     try w.addTombstone(t.id, revision: t.revision)
                     try w.dropHeldChange(t.id)
                 }
+                try w.forgetAbandonedContents(of: id)
             }
             return .done
         } catch let RemoteError.refused(code, _, _) where code == .itemNotFound {
-            try store.write { try $0.dropHeldChange(id) }
+            try store.write { w in
+                try w.dropHeldChange(id)
+                try w.forgetAbandonedContents(of: id)
+            }
             return .done
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict || code == .folderNotEmpty {
             if code == .folderNotEmpty, let outcome = try await sendChangesEmptying(id) { return outcome }
             // Edit (or a new child) versus delete: the edit wins and the item comes back.
-            let item: ItemMetadata
-            if let current { item = current } else { item = try await remote.item(id) }
-            var effects = try store.write { w -> EffectsAfterCommit in
-                var effects = EffectsAfterCommit()
-                // Gone from the queue first, or the feed's rule "a deletion is on its way" would
-                // keep the item away.
-                try w.dequeue(entry.seq)
-                try applyLocked(ItemChange(cursor: .start, kind: .upsert, item: item), w, &effects)
-                // A change the feed held while the refusal travelled is newer than its state.
-                if let held = try w.reader.heldChange(of: id) {
-                    try w.dropHeldChange(id)
-                    if held.revision.isNewer(than: item.revision) {
-                        try applyLocked(try JSONDecoder().decode(ItemChange.self, from: held.json), w, &effects)
-                    }
-                }
-                return effects
-            }
-            observer.invalidate(effects.invalidations)
-            // The feed's own events of this restore are not told: the conflict below says it.
-            effects.events = []
-            runAfterCommit(effects)
-            observer.event(MountEvent(.reconciled, path: item.name, detail: "changed on the server while deleted here; restored"))
-            return .done
+            if let current { return try restoreDeleted(entry, current) }
+            return try restoreDeleted(entry, try await remote.item(id))
         }
+    }
+
+    /// A deletion that lost to a change made elsewhere: dropped, and the server's item comes
+    /// back here at its latest state.
+    func restoreDeleted(_ entry: OutboxEntry, _ item: ItemMetadata) throws -> Outcome {
+        let id = item.id
+        var effects = try store.write { w -> EffectsAfterCommit in
+            var effects = EffectsAfterCommit()
+            // Gone from the queue first, or the feed's rule "a deletion is on its way" would
+            // keep the item away.
+            try w.dequeue(entry.seq)
+            try w.forgetAbandonedContents(of: id)
+            try applyLocked(ItemChange(cursor: .start, kind: .upsert, item: item), w, &effects)
+            // A change the feed held while the refusal travelled is newer than its state.
+            if let held = try w.reader.heldChange(of: id) {
+                try w.dropHeldChange(id)
+                if held.revision.isNewer(than: item.revision) {
+                    try applyLocked(try JSONDecoder().decode(ItemChange.self, from: held.json), w, &effects)
+                }
+            }
+            return effects
+        }
+        observer.invalidate(effects.invalidations)
+        // The feed's own events of this restore are not told: the conflict below says it.
+        effects.events = []
+        runAfterCommit(effects)
+        observer.event(MountEvent(.reconciled, path: item.name, detail: "changed on the server while deleted here; restored"))
+        return .done
     }
 
     /// The server refused to delete the folder `folder` as not empty. What keeps it full may be
