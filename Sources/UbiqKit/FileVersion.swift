@@ -10,9 +10,9 @@ import SyncAPI
 /// someone chooses, docs/SEMANTICS.md, "Conflicts"), or an earlier content the server keeps.
 ///
 /// The mount resolves a file's conflict versions together, on every device: keeping the current
-/// content, making one version current, or keeping each as a file beside it. So a version has
-/// no `isResolved` to set one by one, as Apple's has: `replaceItem(at:)` and
-/// `removeOtherVersionsOfItem(at:)` resolve them all.
+/// content, making one version current, or keeping each as a file beside it. So setting
+/// `isResolved` on one conflict version resolves them all (keeping the current content), as do
+/// `replaceItem(at:)` and `removeOtherVersionsOfItem(at:)`.
 public struct FileVersion: Sendable, Hashable {
     public enum Kind: Sendable, Hashable {
         case current
@@ -42,9 +42,20 @@ public struct FileVersion: Sendable, Hashable {
 
     /// True once the conflict version is no longer the file's (resolved here or on any device);
     /// always true for the other kinds. Read afresh from the file at each call.
+    ///
+    /// Set to true, as Apple's code does for each conflict version before
+    /// `removeOtherVersionsOfItem(at:)`: the file keeps its current content and every conflict
+    /// version goes, on every device. Setting false does nothing: a resolution is not undone.
+    /// A failure is dropped, as Apple's setter drops it: read `isResolved` again to know.
     public var isResolved: Bool {
-        guard kind == .conflict else { return true }
-        return !((try? Self.conflictEntries(of: itemURL)) ?? []).contains { $0.id == persistentIdentifier }
+        get {
+            guard kind == .conflict else { return true }
+            return !((try? Self.conflictEntries(of: itemURL)) ?? []).contains { $0.id == persistentIdentifier }
+        }
+        nonmutating set {
+            guard newValue, !isResolved else { return }
+            try? Self.resolve(itemURL, "keep-current")
+        }
     }
 
     /// The file's current version; nil for anything but a file in a mount.

@@ -1,6 +1,7 @@
 import Foundation
 import SyncAPI
 import SyncClient
+import Synchronization
 
 /// A container's key-value store (NSUbiquitousKeyValueStore), through its mount's daemon: the
 /// daemon keeps the store in its database, so reads and writes work offline, and a write goes
@@ -129,8 +130,9 @@ public struct UbiquitousKeyValueStore: Sendable {
     /// asks it, so there is nothing to exchange here.
     @discardableResult
     public func synchronize() -> Bool {
-        guard let mount = try? target.mount() else { return false }
-        return (try? mount.whoami()) != nil
+        guard let mount = try? target.mount(), (try? mount.whoami()) != nil else { return false }
+        startPostingChanges()
+        return true
     }
 
     // MARK: Changes
@@ -179,6 +181,47 @@ public struct UbiquitousKeyValueStore: Sendable {
         }
     }
 }
+
+// MARK: The notification
+
+extension UbiquitousKeyValueStore {
+    /// NSUbiquitousKeyValueStoreDidChangeExternallyNotification: posted on
+    /// `NotificationCenter.default` for each change of `changes`, once `synchronize()` has
+    /// answered true for the store (Apple's apps call it at launch), with the reason's raw value
+    /// (`Int`) under `changeReasonKey` and the keys (`[String]`) under `changedKeysKey`. The
+    /// object is nil: a store is a value, not an object to compare. The posting ends with the
+    /// mount; the next `synchronize()` starts it again.
+    public static let didChangeExternallyNotification = Notification.Name("NSUbiquitousKeyValueStoreDidChangeExternallyNotification")
+    public static let changeReasonKey = "NSUbiquitousKeyValueStoreChangeReasonKey"
+    public static let changedKeysKey = "NSUbiquitousKeyValueStoreChangedKeysKey"
+
+    /// The stores whose changes are being posted: one watch each, however often a program
+    /// synchronizes.
+    static let posting = Mutex<Set<MountTarget>>([])
+
+    func startPostingChanges() {
+        let target = target
+        guard Self.posting.withLock({ $0.insert(target).inserted }) else { return }
+        let changes = changes
+        Task {
+            defer { _ = Self.posting.withLock { $0.remove(target) } }
+            do {
+                for try await change in changes {
+                    NotificationCenter.default.post(
+                        name: Self.didChangeExternallyNotification, object: nil,
+                        userInfo: [Self.changeReasonKey: change.reason.rawValue, Self.changedKeysKey: change.changedKeys])
+                }
+            } catch {
+                // The mount went away: nothing more to post until it is back.
+            }
+        }
+    }
+}
+
+#if !canImport(Darwin)
+public let NSUbiquitousKeyValueStoreChangeReasonKey = UbiquitousKeyValueStore.changeReasonKey
+public let NSUbiquitousKeyValueStoreChangedKeysKey = UbiquitousKeyValueStore.changedKeysKey
+#endif
 
 extension UbiquitousKeyValueStore.ChangeReason {
     init(_ reason: KeyValueNotice.Reason) {

@@ -1,5 +1,6 @@
 import Foundation
 import SyncAPI
+import Synchronization
 
 /// The account's identity as the mount reports it: the same on every device of the account,
 /// another for another account (docs/SEMANTICS.md, "Account identity"). Opaque, as Apple's
@@ -29,9 +30,31 @@ public enum UbiquityContainer {
     /// runs or the mount has not reached its server yet.
     public static var ubiquityIdentityToken: UbiquityIdentityToken? { identityToken(registry: .standard) }
 
+    /// NSUbiquityIdentityDidChange: posted on `NotificationCenter.default` (object nil) at each
+    /// change of a token a program has read, from its first read on (as Apple's apps read the
+    /// token at launch, then observe this). The changes are those of `identityChanges()`, at
+    /// its default pace.
+    public static let identityDidChangeNotification = Notification.Name("NSUbiquityIdentityDidChangeNotification")
+
     /// The identity token of the account shown by the mount of `containerURL` (nil: the default
     /// container's).
     public static func identityToken(forContainerAt containerURL: URL? = nil, registry: MountRegistryLocation = .standard) -> UbiquityIdentityToken? {
+        startPostingIdentityChanges(MountTarget(containerURL: containerURL, registry: registry))
+        return currentIdentityToken(forContainerAt: containerURL, registry: registry)
+    }
+
+    /// The tokens whose changes are being posted: one watch each for the process's life.
+    static let posting = Mutex<Set<MountTarget>>([])
+
+    static func startPostingIdentityChanges(_ target: MountTarget) {
+        guard posting.withLock({ $0.insert(target).inserted }) else { return }
+        let changes = identityChanges(forContainerAt: target.containerURL, registry: target.registry)
+        Task {
+            for await _ in changes { NotificationCenter.default.post(name: identityDidChangeNotification, object: nil) }
+        }
+    }
+
+    static func currentIdentityToken(forContainerAt containerURL: URL?, registry: MountRegistryLocation) -> UbiquityIdentityToken? {
         let report: WhoAmIReport?
         if let containerURL {
             report = try? RunningMount.containing(containerURL, in: registry).mount.whoami()
@@ -50,13 +73,13 @@ public enum UbiquityContainer {
         forContainerAt containerURL: URL? = nil, every interval: Duration = .seconds(2), registry: MountRegistryLocation = .standard
     ) -> AsyncStream<UbiquityIdentityToken?> {
         // Read now: a change between this call and the first poll is a change.
-        let first = identityToken(forContainerAt: containerURL, registry: registry)
+        let first = currentIdentityToken(forContainerAt: containerURL, registry: registry)
         return AsyncStream { continuation in
             let task = Task {
                 var last = first
                 while !Task.isCancelled {
                     try? await Task.sleep(for: interval)
-                    let now = identityToken(forContainerAt: containerURL, registry: registry)
+                    let now = currentIdentityToken(forContainerAt: containerURL, registry: registry)
                     if now != last {
                         continuation.yield(now)
                         last = now
@@ -76,6 +99,10 @@ public enum UbiquityContainer {
 }
 
 #if !canImport(Darwin)
+extension Notification.Name {
+    public static let NSUbiquityIdentityDidChange = UbiquityContainer.identityDidChangeNotification
+}
+
 extension FileManager {
     /// `UbiquityContainer.url(forIdentifier:)`, under Apple's name.
     public func url(forUbiquityContainerIdentifier containerIdentifier: String?) -> URL? {

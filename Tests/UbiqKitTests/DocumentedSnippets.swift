@@ -140,6 +140,19 @@ func followSharedSettings() async {
     }
 }
 
+/// The notification's way: observed once the store has synchronized; keep the observer.
+func observeSharedSettings() -> (any NSObjectProtocol)? {
+    let store = UbiquitousKeyValueStore.default
+    guard store.synchronize() else { return nil }  // no mount runs
+    return NotificationCenter.default.addObserver(forName: UbiquitousKeyValueStore.didChangeExternallyNotification, object: nil, queue: nil) { note in
+        let reason = note.userInfo?[NSUbiquitousKeyValueStoreChangeReasonKey] as? Int
+        let keys = note.userInfo?[NSUbiquitousKeyValueStoreChangedKeysKey] as? [String] ?? []
+        if reason == UbiquitousKeyValueStore.ChangeReason.serverChange.rawValue, keys.contains("fontSize") {
+            UserDefaults.standard.set(Int(store.longLong(forKey: "fontSize")), forKey: "fontSize")
+        }
+    }
+}
+
 /// Resolves a document's conflict: the most recent edit wins (an app may ask the user instead).
 func resolveConflict(at url: URL) throws {
     guard let conflicts = FileVersion.unresolvedConflictVersionsOfItem(at: url),
@@ -147,10 +160,10 @@ func resolveConflict(at url: URL) throws {
           let current = FileVersion.currentVersionOfItem(at: url)
     else { return }  // no conflict, or not a document of a mount
     if (newest.modificationDate ?? .distantPast) > (current.modificationDate ?? .distantPast) {
-        // This resolves every conflict version of the document, on every device: there is no
-        // `isResolved` to set on each.
+        // This resolves every conflict version of the document, on every device.
         try newest.replaceItem(at: url)
     } else {
+        for version in conflicts { version.isResolved = true }
         try FileVersion.removeOtherVersionsOfItem(at: url)
     }
 }

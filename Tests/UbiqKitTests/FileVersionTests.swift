@@ -50,6 +50,21 @@ import UbiqKit
             #expect(base.localizedNameOfSavingComputer == "A")
             try base.replaceItem(at: notesA)
             try await eventually("B to read the base again") { try await b.sh(#"cat "$M/notes.txt""#).stdout == "base\n" }
+
+            // Apple's way: each conflict version marked resolved, then the others removed. The
+            // current content stays, on both devices.
+            let (again, _) = try await editOnBothWhileOffline(server, a, b)
+            let versions = try #require(FileVersion.unresolvedConflictVersionsOfItem(at: notesB))
+            #expect(versions.count == 1 && versions.allSatisfy { !$0.isResolved })
+            for version in versions { version.isResolved = true }
+            #expect(versions.allSatisfy { $0.isResolved }, "resolved here at once")
+            try FileVersion.removeOtherVersionsOfItem(at: notesB)
+            for (device, notes) in [(a, notesA), (b, notesB)] {
+                try await eventually("\(device.name) to show the versions resolved") {
+                    let text = try await device.sh(#"cat "$M/notes.txt""#).stdout
+                    return FileVersion.unresolvedConflictVersionsOfItem(at: notes) == [] && text == again
+                }
+            }
         }
     }
 }

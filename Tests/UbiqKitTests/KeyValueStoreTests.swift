@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 import UbiqKit
@@ -12,7 +13,21 @@ import UbiqKit
             let storeA = UbiquitousKeyValueStore(containerURL: a.root, registry: a.registry)
             let storeB = UbiquitousKeyValueStore(containerURL: b.root, registry: b.registry)
             let changesA = Recorded(storeA.changes), changesB = Recorded(storeB.changes)
-            defer { [changesA, changesB].forEach { $0.cancel() } }
+            // The notification, as an app observes it once it has synchronized.
+            let posted = Mutex<[(reason: Int, keys: [String])]>([])
+            let observer = NotificationCenter.default.addObserver(forName: UbiquitousKeyValueStore.didChangeExternallyNotification, object: nil, queue: nil) { note in
+                let reason = note.userInfo?[NSUbiquitousKeyValueStoreChangeReasonKey] as? Int ?? -1
+                let keys = note.userInfo?[NSUbiquitousKeyValueStoreChangedKeysKey] as? [String] ?? []
+                posted.withLock { $0.append((reason, keys)) }
+            }
+            defer {
+                [changesA, changesB].forEach { $0.cancel() }
+                NotificationCenter.default.removeObserver(observer)
+            }
+            #expect(storeB.synchronize())
+            try await eventually("B's initial sync to be posted") {
+                posted.withLock { $0.contains { $0.reason == UbiquitousKeyValueStore.ChangeReason.initialSyncChange.rawValue } }
+            }
             // A fresh device's first read of the store: once seen, the watch is listening.
             for changes in [changesA, changesB] {
                 try await eventually("the initial sync") { changes.elements.contains { $0.reason == .initialSyncChange } }
@@ -31,6 +46,9 @@ import UbiqKit
             let keys: Set = ["theme", "count", "big", "ratio", "enabled", "blob", "list", "window"]
             try await eventually("B to be told of every key as a server change") {
                 Set(changesB.elements.filter { $0.reason == .serverChange }.flatMap(\.changedKeys)).isSuperset(of: keys)
+            }
+            try await eventually("the notification of every key as a server change") {
+                Set(posted.withLock { $0.filter { $0.reason == UbiquitousKeyValueStore.ChangeReason.serverChange.rawValue }.flatMap(\.keys) }).isSuperset(of: keys)
             }
             #expect(storeB.string(forKey: "theme") == "dark")
             #expect(storeB.longLong(forKey: "count") == 42 && storeB.object(forKey: "count") as? Int == 42)
@@ -77,7 +95,13 @@ import UbiqKit
             let nowhere = MountRegistryLocation(directory: empty.path)
             #expect(UbiquityContainer.url(forIdentifier: nil, registry: nowhere) == nil)
 
-            // One account: one identity on both devices, none without a mount.
+            // One account: one identity on both devices, none without a mount. Reading it starts
+            // the notification of its changes.
+            let identityNotes = Mutex(0)
+            let observer = NotificationCenter.default.addObserver(forName: .NSUbiquityIdentityDidChange, object: nil, queue: nil) { _ in
+                identityNotes.withLock { $0 += 1 }
+            }
+            defer { NotificationCenter.default.removeObserver(observer) }
             let token = try #require(UbiquityContainer.identityToken(registry: a.registry))
             #expect(UbiquityContainer.identityToken(forContainerAt: b.root, registry: b.registry) == token)
             #expect(UbiquityContainer.identityToken(registry: nowhere) == nil)
@@ -102,6 +126,7 @@ import UbiqKit
             await a.unmount()
             try await eventually("the identity to go with the mount") { identities.elements.count == 1 }
             #expect(identities.elements == [nil])
+            try await eventually("NSUbiquityIdentityDidChange to be posted") { identityNotes.withLock { $0 } == 1 }
             #expect(UbiquityContainer.url(forIdentifier: nil, registry: a.registry) == nil)
         }
     }

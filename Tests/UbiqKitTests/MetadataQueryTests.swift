@@ -22,8 +22,18 @@ import UbiqKit
             let observer = NotificationCenter.default.addObserver(forName: .NSMetadataQueryDidFinishGathering, object: query, queue: nil) { _ in
                 finished.withLock { $0 += 1 }
             }
+            // What the progress and update notifications carry, by user info key.
+            let posted = Mutex<[String: [String]]>([:])
+            let carriers = [Notification.Name.NSMetadataQueryGatheringProgress, .NSMetadataQueryDidUpdate].map { name in
+                NotificationCenter.default.addObserver(forName: name, object: query, queue: nil) { note in
+                    for key in [NSMetadataQueryUpdateAddedItemsKey, NSMetadataQueryUpdateChangedItemsKey, NSMetadataQueryUpdateRemovedItemsKey] {
+                        let names = (note.userInfo?[key] as? [MetadataItem] ?? []).map(\.name)
+                        posted.withLock { $0["\(note.name.rawValue) \(key)", default: []] += names }
+                    }
+                }
+            }
             defer {
-                NotificationCenter.default.removeObserver(observer)
+                for o in [observer] + carriers { NotificationCenter.default.removeObserver(o) }
                 query.stop()
             }
             #expect(query.start())
@@ -40,6 +50,8 @@ import UbiqKit
             #expect(query.results.map(\.name) == ["two.txt", "one.txt"])
             #expect(query.resultCount == 2 && !query.isGathering && query.isStarted)
             #expect(finished.withLock { $0 } == 1, "the notification too")
+            let progressAdded = "\(MetadataQuery.gatheringProgressNotification.rawValue) \(NSMetadataQueryUpdateAddedItemsKey)"
+            #expect(Set(posted.withLock { $0[progressAdded] ?? [] }) == ["one.txt", "two.txt"], "the progress notifications carry what was gathered")
             let two = try #require(query.results.first)
             #expect(two.value(forAttribute: NSMetadataItemPathKey) as? String == b.mountpoint + "/Documents/two.txt")
             #expect(two.value(forAttribute: NSMetadataItemURLKey) as? URL == b.root.appendingPathComponent("Documents/two.txt"))
@@ -60,6 +72,8 @@ import UbiqKit
             try await eventually("three.txt to be added") { updates().contains { $0.added.map(\.name) == ["three.txt"] } }
             let three = try #require(updates().lazy.compactMap { $0.added.first }.first)
             #expect(query.results.map(\.name) == ["two.txt", "three.txt", "one.txt"])
+            let updateKey = { (key: String) in "\(MetadataQuery.didUpdateNotification.rawValue) \(key)" }
+            #expect(posted.withLock { $0[updateKey(NSMetadataQueryUpdateAddedItemsKey)] } == ["three.txt"], "the update notification carries it")
 
             // A's rename is a change of the same item.
             try await a.must(#"mv "$M/Documents/three.txt" "$M/Documents/four.txt""#)
@@ -70,6 +84,8 @@ import UbiqKit
             try await a.must(#"rm "$M/Documents/one.txt""#)
             try await eventually("the deletion to be a removal") { updates().contains { $0.removed.map(\.id) == [one.id] } }
             #expect(query.results.map(\.name) == ["two.txt", "four.txt"])
+            #expect(posted.withLock { $0[updateKey(NSMetadataQueryUpdateChangedItemsKey)] ?? [] }.contains("four.txt"))
+            #expect(posted.withLock { $0[updateKey(NSMetadataQueryUpdateRemovedItemsKey)] } == ["one.txt"])
 
             // B's download is a change of its downloading status.
             let twoURL = b.root.appendingPathComponent("Documents/two.txt")

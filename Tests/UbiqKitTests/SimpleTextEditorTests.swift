@@ -21,11 +21,20 @@ import UbiqKit
             let listed = try await editorB.send("list")
             #expect(listed.contains { $0.hasPrefix("document notes.txt download=notDownloaded ") }, "\(listed)")
             #expect(try await editorB.send("status notes.txt").first?.contains(" download=notDownloaded ") == true)
+            #expect(try await editorB.send("download notes.txt") == ["ok downloading notes.txt"])
+            try await eventually("B's download to show in the status") {
+                try await editorB.send("status notes.txt").first?.contains(" download=current ") == true
+            }
             #expect(try await editorB.send("show notes") == ["text base", "ok shown notes.txt"])
             try await a.waitUntilUploaded(timeout: waitLimit)
             let statusA = try await editorA.send("status notes.txt")
             #expect(statusA.first?.hasPrefix("status notes.txt download=current ") == true, "\(statusA)")
             #expect(statusA.first?.hasSuffix(" uploaded=true uploading=false conflicts=false") == true, "\(statusA)")
+
+            // A new, empty document made on B is listed live on A.
+            #expect(try await editorB.send("new todo") == ["ok created todo.txt"])
+            try await editorA.notice("notice added todo.txt")
+            #expect(try await editorB.send("new todo", expecting: "error").count == 1, "a name taken is refused, not emptied")
 
             // A setting made on A is told to B's editor, which reads it.
             try await editorA.send("font-size 18")
