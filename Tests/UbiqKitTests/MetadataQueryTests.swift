@@ -13,6 +13,9 @@ import UbiqKit
             try await a.waitUntilUploaded(timeout: waitLimit)
             try await eventually("B to list A's files") { try await b.sh(#"find "$M" -type f | wc -l"#).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "4" }
 
+            let outsideDocuments = try await Self.gatheredTextFiles(of: [NSMetadataQueryUbiquitousDataScope], on: b)
+            #expect(outsideDocuments == ["top.txt"], "the data scope: everything outside Documents")
+
             let query = MetadataQuery(containerURL: b.root, registry: b.registry)
             query.predicate = try MetadataPredicate(format: "%K LIKE %@", NSMetadataItemFSNameKey, "*.txt")
             query.searchScopes = [NSMetadataQueryUbiquitousDocumentsScope]
@@ -64,6 +67,7 @@ import UbiqKit
             query.valueListAttributes = [NSMetadataItemContentTypeKey]
             #expect(query.groupedResults.map(\.value) == [NSMetadataUbiquitousItemDownloadingStatusNotDownloaded])
             #expect(query.valueLists[NSMetadataItemContentTypeKey]?.map(\.count) == [2])
+
 
             func updates() -> [(added: [MetadataItem], changed: [MetadataItem], removed: [MetadataItem])] { events.elements.compactMap(\.update) }
 
@@ -142,6 +146,18 @@ import UbiqKit
             try await eventually("the events to end") { events.ended }
             #expect(query.isStopped && query.results.count == 3)
         }
+    }
+
+    /// The names of the `.txt` files a query of `scopes` gathers on `device`.
+    static func gatheredTextFiles(of scopes: [MetadataQuery.SearchScope], on device: TestDevice) async throws -> [String] {
+        let query = MetadataQuery(containerURL: device.root, registry: device.registry)
+        query.predicate = try MetadataPredicate(format: "%K LIKE %@", NSMetadataItemFSNameKey, "*.txt")
+        query.searchScopes = scopes
+        let events = Recorded(query.events)
+        defer { query.stop() }
+        guard query.start() else { throw TestSupportError("the query did not start: \(String(describing: query.lastError))") }
+        try await eventually("the gathering of \(scopes)") { events.elements.contains { $0.isFinishGathering } }
+        return query.results.map(\.name)
     }
 
     @Test func aPredicateTheDaemonRefusesMakesStartFalseWithWhere() async throws {
