@@ -154,13 +154,26 @@ extension FileSystem {
         if !differing.isEmpty { try w.enqueue(.xattrs, ino: source.ino) }
     }
 
-    /// Queues the deletion of an item (and what is below it) that became local-only.
+    /// Queues the deletion of an item (and what is below it) that became local-only: deepest
+    /// first, each with its base revision, as `rm -r` goes (a deletion is never recursive, so a
+    /// change made elsewhere below it wins, see deleteRow). An item whose create may be on its way
+    /// is deleted too, once that create lands.
     func forgetOnServer(_ item: LocalItem, _ w: LocalWriter) throws {
-        for var d in try w.reader.descendants(of: item.ino) + [item] {
+        let below = try w.reader.descendants(of: item.ino)
+        let parents = Dictionary(uniqueKeysWithValues: below.map { ($0.ino, $0.parent) })
+        func depth(_ ino: Int64) -> Int {
+            var (count, at) = (0, ino)
+            while let parent = parents[at] ?? nil, parent != item.ino { (count, at) = (count + 1, parent) }
+            return count
+        }
+        for var d in below.sorted(by: { depth($0.ino) > depth($1.ino) }) + [item] {
+            let onServer = try d.revision != nil || w.reader.hasStartedCreate(d.ino)
             try w.dropOps(for: d.ino)
-            if let revision = d.revision, d.ino == item.ino {
-                try w.enqueue(.delete, ino: d.ino, itemID: d.itemID, revision: revision)
+            if onServer {
+                if d.revision == nil { try w.abandonSentContents(of: d.ino, itemID: d.itemID) }
+                try w.enqueue(.delete, ino: d.ino, itemID: d.itemID, revision: d.revision)
             }
+            try w.forgetSentContents(of: d.ino)
             d.revision = nil
             d.itemID = .random()
             try w.update(d)
