@@ -75,7 +75,7 @@ struct ControlServer {
         router.get(RouterPath(ControlPath.liveQuery)) { request, _ in
             let parameters = request.uri.queryParameters
             let query = QueryRequest(parameters)
-            let interval = parameters["interval"].flatMap { Double(String($0)) }.map { Duration.milliseconds(Int(max(0.001, $0) * 1000)) } ?? .milliseconds(100)
+            let seconds = parameters["interval"].map { Double(String($0)) } ?? 0.1
             return Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: ResponseBody { writer in
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -84,6 +84,12 @@ struct ControlServer {
                     data.append(UInt8(ascii: "\n"))
                     try await writer.write(ByteBuffer(bytes: data))
                 }
+                guard let seconds, ControlPath.isLiveInterval(seconds) else {
+                    try await send(LiveQueryLine(event: "error", error: ControlPath.liveIntervalRule))
+                    try await writer.finish(nil)
+                    return
+                }
+                let interval = Duration.milliseconds(Int((seconds * 1000).rounded(.up)))
                 // Listening before the snapshot: a commit after it is never missed (L7).
                 let (commits, stop) = engine.store.commits()
                 defer { stop() }

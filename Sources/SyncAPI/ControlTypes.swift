@@ -27,9 +27,14 @@ public enum ControlPath {
     /// request the command refuses as bad usage before asking (an unknown key to sort, group or
     /// count by), left to the command to say.
     public static let queryOutput = "/query/output"
-    /// `GET /query/live?…` (the parameters of `/query`): JSON lines, `LiveQueryLine`, until the
-    /// client goes away.
+    /// `GET /query/live?…` (the parameters of `/query`, and `interval`, seconds a batch of
+    /// changes is collected for, 0.1 by default): JSON lines, `LiveQueryLine`, until the client
+    /// goes away. An interval out of `isLiveInterval` is one `error` line.
     public static let liveQuery = "/query/live"
+    /// A live query's batch interval in seconds: more than 0, at most a minute (a change held
+    /// back longer is one nobody waits for).
+    public static func isLiveInterval(_ seconds: Double) -> Bool { seconds > 0 && seconds <= 60 }
+    public static let liveIntervalRule = "a live query's batch interval is more than 0 and at most 60 seconds"
     /// `GET /kv[?key=K]`: the key-value store as this mount sees it, every key or one, as a
     /// `KeyValuePage`: the store's version this mount has read up to, and each key's value with
     /// the server's version of it (0: a write of this mount not yet on the server).

@@ -126,10 +126,11 @@ public final class MetadataQuery: Sendable {
     }
 
     /// Seconds the daemon collects changes for before it reports them (0.1 by default, the
-    /// daemon's; at least 0.001, at most 60).
+    /// daemon's). Any value is taken, as Apple's property takes it, and kept within what the
+    /// daemon takes: at least 0.001, at most 60; not a number is the default.
     public var notificationBatchingInterval: TimeInterval {
         get { state.withLock { $0.notificationBatchingInterval } }
-        set { state.withLock { $0.notificationBatchingInterval = min(60, max(0.001, newValue)) } }
+        set { state.withLock { $0.notificationBatchingInterval = newValue.isNaN ? 0.1 : min(60, max(0.001, newValue)) } }
     }
 
     // MARK: Running

@@ -28,7 +28,7 @@ struct Query: AsyncParsableCommand {
 
     func validate() throws {
         guard ["all", "documents", "data"].contains(scope) else { throw ValidationError("--scope is documents, data or all") }
-        guard batchInterval > 0 && batchInterval <= 60 else { throw ValidationError("--batch-interval is more than 0 and at most 60 seconds") }
+        guard ControlPath.isLiveInterval(batchInterval) else { throw ValidationError("--batch-interval: \(ControlPath.liveIntervalRule)") }
         if live && (count || groupBy != nil || values != nil) { throw ValidationError("--count, --group-by and --values do not go with --live") }
         for (option, name) in [("--group-by", groupBy), ("--values", values)] {
             if let name, KeyTable.key(named: name) == nil { throw ValidationError("\(option): unknown key '\(name)'") }

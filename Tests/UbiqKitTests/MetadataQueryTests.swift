@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import SyncAPI
 import TestSupport
 import Testing
 import UbiqKit
@@ -174,6 +175,22 @@ import UbiqKit
             nowhere.predicate = MetadataPredicate("TRUEPREDICATE")
             #expect(!nowhere.start())
             #expect(nowhere.lastError == .notInMount("/tmp"))
+
+            // Any batching interval is taken, kept within what the daemon takes; the daemon
+            // answers one out of it with an error line and goes on.
+            for (seconds, kept) in [(0, 0.001), (-1, 0.001), (61, 60), (.infinity, 60), (.nan, 0.1)] as [(TimeInterval, TimeInterval)] {
+                let query = MetadataQuery(containerURL: a.root, registry: a.registry)
+                query.predicate = MetadataPredicate("TRUEPREDICATE")
+                query.notificationBatchingInterval = seconds
+                #expect(query.notificationBatchingInterval == kept, "\(seconds)")
+                #expect(query.start(), "\(seconds): \(String(describing: query.lastError))")
+                query.stop()
+            }
+            for interval in ["1e300", "nan", "0", "x"] {
+                let answer = try await a.must("curl -s --max-time 10 --unix-socket '\(a.cache)/control.sock' 'http://localhost\(ControlPath.liveQuery)?q=TRUEPREDICATE&interval=\(interval)'")
+                #expect(answer.contains(#""event":"error""#) && answer.contains("batch interval"), "\(interval): \(answer)")
+            }
+            #expect(try await a.status().connected, "the daemon still answers")
         }
     }
 }
