@@ -29,7 +29,8 @@ struct ControlServer {
                 body: .init(byteBuffer: ByteBuffer(string: metrics.text(try report()))))
         }
         router.post(RouterPath(ControlPath.flush)) { request, _ in
-            let seconds = request.uri.queryParameters["timeout"].flatMap { Double(String($0)) } ?? 30
+            let seconds = request.uri.queryParameters["timeout"].map { Double(String($0)) } ?? 30
+            guard let seconds, ControlPath.isFlushTimeout(seconds) else { throw HTTPError(.badRequest, message: ControlPath.flushTimeoutRule) }
             return try json(try await flush(within: .milliseconds(Int(seconds * 1000))))
         }
         router.post(RouterPath(ControlPath.unmount)) { _, _ in

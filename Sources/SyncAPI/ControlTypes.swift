@@ -6,8 +6,12 @@ public enum ControlPath {
     public static let status = "/status"
     /// `GET /metrics`: the mount's metrics as Prometheus text (`ubiq status --metrics`).
     public static let metrics = "/metrics"
-    /// `POST /flush?timeout=SECONDS`: waits until every local change is on the server, or the timeout.
+    /// `POST /flush?timeout=SECONDS`: waits until every local change is on the server, or the
+    /// timeout (30 s by default; out of `isFlushTimeout`: 400).
     public static let flush = "/flush"
+    /// A flush's timeout in seconds: from 0 to a day.
+    public static func isFlushTimeout(_ seconds: Double) -> Bool { seconds >= 0 && seconds <= 86_400 }
+    public static let flushTimeoutRule = "the timeout is a number of seconds from 0 to 86400"
     /// `POST /unmount`: unmounts and ends the daemon (after answering).
     public static let unmount = "/unmount"
     /// `GET /events`: one JSON object per line, as `ubiq monitor` prints them.

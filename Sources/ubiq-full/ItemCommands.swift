@@ -228,6 +228,10 @@ struct Unmount: AsyncParsableCommand {
     @Argument var mountpoint: String
     @Option(help: "Seconds to wait for pending uploads.") var timeout: Double = 30
 
+    func validate() throws {
+        guard ControlPath.isFlushTimeout(timeout) else { throw ValidationError("--timeout: \(ControlPath.flushTimeoutRule)") }
+    }
+
     func run() async throws {
         let target = Paths.absolute(mountpoint)
         guard MountTable.isUbiqMount(target) else { throw Failure("\(target) is not a ubiq mount") }

@@ -84,6 +84,15 @@ import Testing
             defer { if holder.stillRunning { holder.terminate() } }
             #expect(String(decoding: output.fileHandleForReading.availableData, as: UTF8.self) == "holding\n")
 
+            // A timeout that is no number of seconds is refused, by the command and by the daemon.
+            for bad in ["nan", "-1", "1e300"] {
+                let refused = try await a.ubiq(["unmount", a.mountpoint, "--timeout=\(bad)"])
+                #expect(refused.status == 2 && refused.stderr.contains("86400"), "\(bad): \(refused)")
+                let answer = try await a.must("curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X POST --unix-socket '\(a.cache)/control.sock' 'http://localhost/flush?timeout=\(bad)'")
+                #expect(answer == "400", "\(bad): \(answer)")
+            }
+            #expect(try await a.status().connected, "still mounted and answering")
+
             let busy = try await a.ubiq(["unmount", a.mountpoint, "--timeout", "5"], timeout: .seconds(60))
             #expect(busy.status == 1 && busy.stderr.contains("detached") && !busy.stdout.contains("unmounted"), "\(busy)")
             #expect(try await a.daemonPID() != nil, "it still serves the open file")
