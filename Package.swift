@@ -37,7 +37,7 @@ let package = Package(
         .executableTarget(name: "simple-text-editor", dependencies: ["UbiqKit"], path: "Examples/SimpleTextEditor"),
         // NSMetadataQuery, NSUbiquitousKeyValueStore, NSFileVersion and the ubiquitous URL
         // resource values for programs: talks to a running mount's daemon (docs/UBIQKIT.md).
-        .target(name: "UbiqKit", dependencies: ["SyncClient", "SyncAPI", "ControlSocket", "MountInfo", "ItemModel", "ItemAttributes", "QueryLanguage"]),
+        .target(name: "UbiqKit", dependencies: ["SyncAPI", "ControlSocket", "MountInfo", "ItemModel", "ItemAttributes", "QueryLanguage"]),
         // The command users type: answers a query itself, without Foundation, and hands every
         // other command to ubiq-full (docs/ARCHITECTURE.md). Linked at a fixed address: a
         // position-independent executable has its relocations applied at every start, a fifth

@@ -43,15 +43,7 @@ public enum ControlExchange {
 
         var request = Array("\(method) \(target) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: \(body?.count ?? 0)\r\n\r\n".utf8)
         if let body { request += body }
-        try request.withUnsafeBytes { raw in
-            var sent = 0
-            while sent < raw.count {
-                let n = send(fd, raw.baseAddress! + sent, raw.count - sent, Int32(MSG_NOSIGNAL))
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { throw Failure.socket("send: \(String(cString: strerror(errno)))") }
-                sent += n
-            }
-        }
+        try send(request, on: fd)
 
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
@@ -69,10 +61,10 @@ public enum ControlExchange {
     }
 
     /// The socket address of `path`, NUL-terminated in `sun_path`.
-    public static func address(of path: String) throws -> sockaddr_un {
+    public static func address(of path: String) throws(Failure) -> sockaddr_un {
         let bytes = Array(path.utf8)
         guard bytes.count <= longestPath else {
-            throw Failure.socket("the socket's path is longer than \(longestPath) bytes: \(path)")
+            throw .socket("the socket's path is longer than \(longestPath) bytes: \(path)")
         }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
@@ -83,31 +75,47 @@ public enum ControlExchange {
         return address
     }
 
-    private static func connect(_ fd: Int32, to path: String) throws {
+    static func connect(_ fd: Int32, to path: String) throws(Failure) {
         var address = try address(of: path)
         let result = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        guard result == 0 else { throw Failure.socket("connect to \(path): \(String(cString: strerror(errno)))") }
+        guard result == 0 else { throw .socket("connect to \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    static func send(_ bytes: [UInt8], on fd: Int32) throws(Failure) {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes.withUnsafeBytes { raw in Glibc.send(fd, raw.baseAddress! + sent, raw.count - sent, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw .socket("send: \(String(cString: strerror(errno)))") }
+            sent += n
+        }
+    }
+
+    /// The status and headers (names lowercased) of an answer's head, without its blank line.
+    static func head(_ bytes: ArraySlice<UInt8>) throws(Failure) -> (status: Int, headers: [String: String]) {
+        let head = String(decoding: bytes, as: UTF8.self).split(separator: "\r\n", omittingEmptySubsequences: false)
+        let statusLine = head.first?.split(separator: " ") ?? []
+        guard statusLine.count >= 2, statusLine[0].hasPrefix("HTTP/1."), let status = Int(statusLine[1]) else {
+            throw .malformed("status line \(head.first.map(String.init) ?? "")")
+        }
+        var headers: [String: String] = [:]
+        for line in head.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { throw .malformed("header \(line)") }
+            headers[line[..<colon].lowercased()] = trimmed(line[line.index(after: colon)...])
+        }
+        return (status, headers)
     }
 
     /// The answer in `data` once it is whole (by its `Content-Length`, its last chunk, or the
     /// end of the connection); nil while more is to come. Header names are lowercased.
-    public static func parse(_ data: [UInt8], ended: Bool) throws -> Answer? {
+    public static func parse(_ data: [UInt8], ended: Bool) throws(Failure) -> Answer? {
         guard let headEnd = find([13, 10, 13, 10], in: data, from: 0) else {
             if ended { throw Failure.malformed("no header") }
             return nil
         }
-        let head = String(decoding: data[..<headEnd], as: UTF8.self).split(separator: "\r\n", omittingEmptySubsequences: false)
-        let statusLine = head.first?.split(separator: " ") ?? []
-        guard statusLine.count >= 2, statusLine[0].hasPrefix("HTTP/1."), let status = Int(statusLine[1]) else {
-            throw Failure.malformed("status line \(head.first.map(String.init) ?? "")")
-        }
-        var headers: [String: String] = [:]
-        for line in head.dropFirst() {
-            guard let colon = line.firstIndex(of: ":") else { throw Failure.malformed("header \(line)") }
-            headers[line[..<colon].lowercased()] = trimmed(line[line.index(after: colon)...])
-        }
+        let (status, headers) = try head(data[..<headEnd])
         let rest = data[(headEnd + 4)...]
         if headers["transfer-encoding"]?.lowercased() == "chunked" {
             // Decoded once its last chunk may be in (or the connection ended), not after every
@@ -125,7 +133,7 @@ public enum ControlExchange {
     }
 
     /// A chunked body once its last chunk is in; nil before.
-    static func dechunk(_ data: ArraySlice<UInt8>) throws -> [UInt8]? {
+    static func dechunk(_ data: ArraySlice<UInt8>) throws(Failure) -> [UInt8]? {
         var body: [UInt8] = []
         var cursor = data.startIndex
         while true {

@@ -268,7 +268,7 @@ public final class MetadataQuery: Sendable {
         deliver(.didStartGathering)
         let reader = Task {
             do {
-                for try await line in mount.control.lines(path) { feed.yield(.line(line)) }
+                for try await line in mount.lines(path) { feed.yield(.line(line)) }
                 feed.yield(.ended(nil))
             } catch {
                 feed.yield(.ended("\(error)"))

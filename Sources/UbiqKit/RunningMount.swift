@@ -2,7 +2,6 @@ import ControlSocket
 import Foundation
 import MountInfo
 import SyncAPI
-import SyncClient
 
 /// Where UbiqKit finds running mounts: the registry folder their daemons write
 /// (`MountRegistry`), one entry per mountpoint naming its control socket.
@@ -55,7 +54,29 @@ struct RunningMount: Sendable, Equatable {
     let controlSocket: String
 
     var root: URL { URL(fileURLWithPath: mountpoint, isDirectory: true) }
-    var control: ControlClient { ControlClient(socketPath: controlSocket) }
+
+    /// The lines of `GET target`, an answer that goes on (a live query, the store's changes),
+    /// until the daemon ends it (the sequence ends) or fails (it throws). A thread of its own
+    /// waits on the socket; the consumer's cancellation cuts the connection.
+    func lines(_ target: String) -> AsyncThrowingStream<String, Error> {
+        AsyncThrowingStream { continuation in
+            let connection: ControlConnection
+            do { connection = try ControlConnection(socketPath: controlSocket) } catch {
+                continuation.finish(throwing: UbiqKitError.daemonUnreachable("\(error)"))
+                return
+            }
+            continuation.onTermination = { _ in connection.shutdown() }
+            Thread {
+                do {
+                    try connection.lines(target) { continuation.yield($0) }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: UbiqKitError.daemonUnreachable("\(error)"))
+                }
+                connection.close()
+            }.start()
+        }
+    }
 
     /// Every ubiq mount of this process's mount table that has an entry in `registry`, in the
     /// order they were mounted. A mount without an entry is another session's, or its daemon died.

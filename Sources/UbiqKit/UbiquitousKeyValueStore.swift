@@ -1,6 +1,5 @@
 import Foundation
 import SyncAPI
-import SyncClient
 import Synchronization
 
 /// A container's key-value store (NSUbiquitousKeyValueStore), through its mount's daemon: the
@@ -168,7 +167,7 @@ public struct UbiquitousKeyValueStore: Sendable {
         return AsyncThrowingStream { continuation in
             let task = Task {
                 do {
-                    for try await line in try target.mount().control.lines(ControlPath.keyValueWatch) {
+                    for try await line in try target.mount().lines(ControlPath.keyValueWatch) {
                         guard let notice = try? JSONDecoder().decode(KeyValueNotice.self, from: Data(line.utf8)) else { continue }
                         continuation.yield(Change(reason: ChangeReason(notice.reason), changedKeys: notice.keys))
                     }

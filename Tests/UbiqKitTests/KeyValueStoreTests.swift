@@ -120,10 +120,26 @@ import UbiqKit
             let link = try UbiquitousItem.resourceValues(at: a.root.appendingPathComponent("link"), registry: a.registry)
             #expect(link.ubiquitousItemDownloadingStatus == .current && link.ubiquitousItemIdentifier != nil, "\(link)")
 
-            // The last mount going is a change of identity: to none.
+            // The last mount going is a change of identity: to none. It ends the store's
+            // changes (they throw) and a query (it fails), each listening on the daemon's socket.
             let identities = Recorded(UbiquityContainer.identityChanges(every: .milliseconds(100), registry: a.registry))
-            defer { identities.cancel() }
+            let storeChanges = Recorded(UbiquitousKeyValueStore(containerURL: a.root, registry: a.registry).changes)
+            let query = MetadataQuery(containerURL: a.root, registry: a.registry)
+            query.predicate = MetadataPredicate("TRUEPREDICATE")
+            let queryEvents = Recorded(query.events)
+            defer {
+                identities.cancel()
+                storeChanges.cancel()
+            }
+            #expect(query.start())
+            try await eventually("the query to gather") { queryEvents.elements.contains { $0.isFinishGathering } }
+            try await eventually("the store's watch to answer") { storeChanges.elements.contains { $0.reason == .initialSyncChange } }
             await a.unmount()
+            try await eventually("the store's changes to end, failing") { storeChanges.ended && storeChanges.failure != nil }
+            try await eventually("the query to fail") {
+                queryEvents.elements.contains { if case .didFail = $0 { true } else { false } }
+            }
+            #expect(query.isStopped)
             try await eventually("the identity to go with the mount") { identities.elements.count == 1 }
             #expect(identities.elements == [nil])
             try await eventually("NSUbiquityIdentityDidChange to be posted") { identityNotes.withLock { $0 } == 1 }
