@@ -1,15 +1,14 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Synchronization
 
 /// One connection to a mount daemon's Unix socket for an answer that goes on (a live query's
 /// updates, the key-value store's changes): the body's lines are handed over as they come.
 /// Blocking: `lines` runs on a thread of its own, and another thread ends it with `shutdown()`.
+/// The socket is closed when the last holder lets go of the connection, never before: so a
+/// `shutdown()` never meets a descriptor number that another file took since.
 public final class ControlConnection: Sendable {
     let fd: Int32
-    /// Closed: the descriptor is no longer this connection's, and `shutdown()` must not touch it.
-    private let closed = Mutex(false)
 
     public init(socketPath: String) throws(ControlExchange.Failure) {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -21,7 +20,7 @@ public final class ControlConnection: Sendable {
         self.fd = fd
     }
 
-    deinit { close() }
+    deinit { Glibc.close(fd) }
 
     /// Sends `GET target` and hands `line` each line of a 200 answer's body (without its
     /// newline) until the daemon ends the answer or `shutdown()` is called. Throws for another
@@ -62,17 +61,7 @@ public final class ControlConnection: Sendable {
 
     /// Ends a `lines` in progress on another thread: it returns once the daemon's side is cut.
     public func shutdown() {
-        closed.withLock { closed in
-            if !closed { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
-        }
-    }
-
-    /// Lets go of the socket; `shutdown()` does nothing after.
-    public func close() {
-        closed.withLock { closed in
-            if !closed { Glibc.close(fd) }
-            closed = true
-        }
+        _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
     }
 }
 

@@ -73,7 +73,6 @@ struct RunningMount: Sendable, Equatable {
                 } catch {
                     continuation.finish(throwing: UbiqKitError.daemonUnreachable("\(error)"))
                 }
-                connection.close()
             }.start()
         }
     }
