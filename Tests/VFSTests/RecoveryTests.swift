@@ -232,6 +232,36 @@ struct RecoveryTests {
         }
     }
 
+    /// Seed 20262141 of the random run: the refusal's content was this device's (a truncate to
+    /// the same size changed nothing), so the engine took the server's revision as its own
+    /// upload's answer, without the other device's move in it; the feed then found that move
+    /// not newer, and the file stayed in its old place here for good.
+    @Test("an edit that leaves the content as it was, refused because another device moved the file, takes that move")
+    func unchangedContentRefusedByAMoveElsewhere() async throws {
+        let h = try await Harness()
+        defer { h.close() }
+        let same = Array("same".utf8)
+        let ino = try h.writeNewFile("a.txt", same)
+        let folder = try h.mkdir("moved")
+        try await h.running {
+            try await h.settled()
+            let id = try #require(try h.local(ino)).itemID
+            let folderID = try #require(try h.local(folder)).itemID
+            // The feed waits, so that the upload goes before the move arrives: it is refused,
+            // and the server's content is this very content.
+            let feed = h.remote.hold(.changes)
+            _ = try await h.remote.otherDevice.move(id, to: "b.txt", parent: folderID)
+            try await h.overwrite(ino, same)
+            try await eventually("the edit to be refused") { try h.remote.answered(.updateContent) >= 1 && h.outbox().isEmpty }
+            feed.open()
+            try await h.settled("the move to arrive")
+            let row = try #require(try h.local(ino))
+            #expect(row.name == "b.txt" && row.parent == folder, "\(row)")
+            #expect(try await h.remote.item(atPath: "/moved/b.txt")?.id == id)
+        }
+        #expect(try await h.read(ino) == same)
+    }
+
     @Test("a folder whose lost create another device then renamed keeps that name, and a rename here after the create still goes up")
     func lostFolderCreateAnswerThenRenamedElsewhere() async throws {
         let h = try await Harness()

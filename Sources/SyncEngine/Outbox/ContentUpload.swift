@@ -79,10 +79,19 @@ extension SyncEngine {
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
             let current = current!
             trace("upload: \(Self.short(digest)) refused, the server has r\(current.revision) \(Self.short(current.digest))", ino: item.ino)
-            if current.digest == digest {
+            if current.digest == digest, try store.read({ try self.holdsServerMetadata(item.ino, current, $0) }) {
                 // Our own upload, whose answer was lost: it is on the server already.
                 result = current
                 return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
+            }
+            if current.digest == digest {
+                // This content, with metadata this device does not hold: another device changed
+                // the item (a move, a chmod) after this upload landed, or before it, when this
+                // "edit" left the content as it was (a truncate to the same size). Its state is
+                // taken as any change of metadata is, below. Taking the revision as this
+                // upload's answer would leave that change out, and the feed would then find it
+                // not newer: the item would stay in its old place here for good.
+                return try rebase(item.ino, on: current, keepContent: true, onlyWithItsPlace: true).outcome
             }
             // Read again: the answer to a replaced row's upload may have passed its revision
             // to this one meanwhile (`passToSuccessor`), and then the server holds what the
@@ -115,6 +124,17 @@ extension SyncEngine {
             return try resurrectLocal(item.ino)
         }
         return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
+    }
+
+    /// True when the row of `ino` holds the server's name, folder, mode and attributes of
+    /// `current`, or will send its own (a change of them queued).
+    func holdsServerMetadata(_ ino: Int64, _ current: ItemMetadata, _ r: LocalReader) throws -> Bool {
+        guard let row = try r.item(ino) else { return true }
+        let queued = try r.queuedOps(for: ino)
+        let parentID = try row.parent.flatMap { $0 == LocalItem.rootIno ? ItemID.root : try r.item($0)?.itemID }
+        return (queued.contains(.move) || (row.name == current.name && parentID == current.parentID))
+            && (queued.contains(.attributes) || row.mode & 0o7777 == current.mode & 0o7777)
+            && (queued.contains(.xattrs) || row.xattrs == current.xattrs)
     }
 
     /// A file made anew here (a change of this device met its deletion elsewhere: `resurrect`)
