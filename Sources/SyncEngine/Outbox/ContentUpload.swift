@@ -79,13 +79,12 @@ extension SyncEngine {
         } catch let RemoteError.refused(code, _, current) where code == .revisionConflict && current != nil {
             let current = current!
             trace("upload: \(Self.short(digest)) refused, the server has r\(current.revision) \(Self.short(current.digest))", ino: item.ino)
-            if current.digest == digest, try store.read({ try self.holdsServerMetadata(item.ino, current, $0) }) {
-                // Our own upload, whose answer was lost: it is on the server already.
-                result = current
-                return try finishUpload(item, result: result, digest: digest, size: size, generation: generation, seq: seq)
-            }
             if current.digest == digest {
-                // This content, with metadata this device does not hold: another device changed
+                // Our own upload, whose answer was lost: it is on the server already.
+                if try store.read({ try self.holdsServerMetadata(item.ino, current, $0) }) {
+                    return try finishUpload(item, result: current, digest: digest, size: size, generation: generation, seq: seq)
+                }
+                // Or this content with metadata this device does not hold: another device changed
                 // the item (a move, a chmod) after this upload landed, or before it, when this
                 // "edit" left the content as it was (a truncate to the same size). Its state is
                 // taken as any change of metadata is, below. Taking the revision as this
