@@ -166,7 +166,9 @@ extension FileSystem {
             while let parent = parents[at] ?? nil, parent != item.ino { (count, at) = (count + 1, parent) }
             return count
         }
-        for var d in below.sorted(by: { depth($0.ino) > depth($1.ino) }) + [item] {
+        // Each depth found once, not at every comparison of the sort.
+        let deepestFirst = below.map { (depth: depth($0.ino), item: $0) }.sorted { $0.depth > $1.depth }.map(\.item)
+        for var d in deepestFirst + [item] {
             let onServer = try d.revision != nil || w.reader.hasStartedCreate(d.ino)
             try w.dropOps(for: d.ino)
             if onServer {
