@@ -87,12 +87,10 @@ struct LineSplitter {
                 }
                 // Between chunks: the CRLF that ends the last one, then the next size line.
                 guard let lineEnd = ControlExchange.find([13, 10], in: data, from: cursor) else { break }
-                let sizeText = String(decoding: data[cursor..<lineEnd], as: UTF8.self).split(separator: ";").first.map(String.init) ?? ""
+                let head = data[cursor..<lineEnd]
                 cursor = lineEnd + 2
-                if sizeText.isEmpty { continue }
-                guard let size = Int(ControlExchange.trimmed(Substring(sizeText)), radix: 16), size >= 0 else {
-                    throw .malformed("chunk size \(sizeText)")
-                }
+                if head.isEmpty { continue }
+                let size = try ControlExchange.chunkSize(head)
                 if size == 0 {
                     ended = true
                     break

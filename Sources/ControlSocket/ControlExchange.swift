@@ -138,16 +138,20 @@ public enum ControlExchange {
         var cursor = data.startIndex
         while true {
             guard let lineEnd = find([13, 10], in: data, from: cursor) else { return nil }
-            let sizeText = String(decoding: data[cursor..<lineEnd], as: UTF8.self).split(separator: ";").first ?? ""
-            guard let size = Int(trimmed(sizeText), radix: 16), size >= 0 else {
-                throw Failure.malformed("chunk size \(sizeText)")
-            }
+            let size = try chunkSize(data[cursor..<lineEnd])
             let start = lineEnd + 2
             if size == 0 { return body }
             guard data.endIndex - start >= size + 2 else { return nil }
             body += data[start..<(start + size)]
             cursor = start + size + 2
         }
+    }
+
+    /// The size a chunk's head line gives (hexadecimal, extensions after `;` ignored).
+    static func chunkSize(_ line: ArraySlice<UInt8>) throws(Failure) -> Int {
+        let sizeText = String(decoding: line, as: UTF8.self).split(separator: ";").first ?? ""
+        guard let size = Int(trimmed(sizeText), radix: 16), size >= 0 else { throw .malformed("chunk size \(sizeText)") }
+        return size
     }
 
     /// Where `needle` first starts in `data` at or after `from`.
